@@ -1,0 +1,119 @@
+"""Settings of the squad_memory demo project.
+
+Everything comes from environment variables with embedded defaults: SQLite,
+inline summarization and the offline summarizer, so it runs on a fresh machine.
+
+- DATABASE_URL: postgres://, mysql://, sqlite:/// (default: var/db.sqlite3)
+- SQUAD_MEMORY_MODE: inline (default) or celery
+- CELERY_BROKER_URL: redis://127.0.0.1:6379/0 or amqp://guest:guest@127.0.0.1:5672//
+- SQUAD_MEMORY_SUMMARIZER: dotted path of the summarizer
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("SQUAD_MEMORY_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "demo-only-insecure-key-change-me")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "squad_memory",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "project.wsgi.application"
+
+DATABASES = {
+    "default": dj_database_url.config(
+        default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}", conn_max_age=0
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Writers wait for the lock instead of failing at once.
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+    DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    try:
+        import pymysql
+
+        pymysql.install_as_MySQLdb()
+    except ImportError:
+        pass
+    DATABASES["default"].setdefault("OPTIONS", {})["charset"] = "utf8mb4"
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+SQUAD_MEMORY = {
+    "SUMMARIZER": os.environ.get(
+        "SQUAD_MEMORY_SUMMARIZER", "squad_memory.summarizers.offline.summarize"
+    ),
+    "TRIGGER_AT": int(os.environ.get("SQUAD_MEMORY_TRIGGER_AT", "20")),
+    "KEEP_LAST": int(os.environ.get("SQUAD_MEMORY_KEEP_LAST", "2")),
+    "MODE": os.environ.get("SQUAD_MEMORY_MODE", "inline"),
+}
+
+# Celery (only used when SQUAD_MEMORY_MODE=celery).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"squad_memory": {"handlers": ["console"], "level": "INFO"}},
+}

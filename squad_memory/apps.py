@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class SquadMemoryConfig(AppConfig):
+    name = "squad_memory"
+    verbose_name = _("Squad memory")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from squad_memory import checks  # noqa: F401  (registers the system checks)

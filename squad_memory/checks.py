@@ -1,0 +1,126 @@
+"""System checks for ``settings.SQUAD_MEMORY`` (ids ``squad_memory.E001``...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+from django.utils.module_loading import import_string
+
+from squad_memory.conf import DEFAULTS, SETTING_NAME, app_settings
+
+
+@register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    value = getattr(settings, SETTING_NAME, {})
+    if not isinstance(value, dict):
+        return [Error(f"{SETTING_NAME} must be a dict.", id="squad_memory.E001")]
+    errors: list[CheckMessage] = []
+    errors += _check_unknown()
+    errors += _check_summarizer()
+    errors += _check_sizes()
+    errors += _check_choices()
+    errors += _check_limits()
+    return errors
+
+
+def _check_unknown() -> list[CheckMessage]:
+    return [
+        Warning(
+            f"{SETTING_NAME}[{key!r}] is not a squad_memory setting.",
+            hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+            id="squad_memory.W001",
+        )
+        for key in app_settings.unknown_keys()
+    ]
+
+
+def _check_summarizer() -> list[CheckMessage]:
+    value = app_settings.get("SUMMARIZER")
+    if callable(value):
+        return []
+    try:
+        func = import_string(value) if isinstance(value, str) else None
+    except ImportError as exc:
+        func, reason = None, str(exc)
+    else:
+        reason = "not a dotted path" if func is None else "not callable"
+    if func is not None and callable(func):
+        return []
+    return [
+        Error(
+            f"{SETTING_NAME}['SUMMARIZER'] = {value!r} cannot be used: {reason}.",
+            hint="Give the dotted path of a function (history, keep_last) -> list of messages.",
+            id="squad_memory.E002",
+        )
+    ]
+
+
+def _is_int(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _check_sizes() -> list[CheckMessage]:
+    trigger, keep = app_settings.get("TRIGGER_AT"), app_settings.get("KEEP_LAST")
+    if not _is_int(trigger, 1):
+        return [Error(f"{SETTING_NAME}['TRIGGER_AT'] must be an integer >= 1, got {trigger!r}.",
+                      id="squad_memory.E003")]
+    if not _is_int(keep, 0):
+        return [Error(f"{SETTING_NAME}['KEEP_LAST'] must be an integer >= 0, got {keep!r}.",
+                      id="squad_memory.E004")]
+    if keep >= trigger:
+        return [Error(
+            f"{SETTING_NAME}['KEEP_LAST'] ({keep}) must be smaller than TRIGGER_AT ({trigger}).",
+            hint="Otherwise a compression can never shorten the buffer.",
+            id="squad_memory.E005",
+        )]
+    return []
+
+
+def _check_choices() -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for name, choices, check_id in (
+        ("MODE", ("inline", "celery"), "squad_memory.E006"),
+        ("ON_ERROR", ("record", "raise"), "squad_memory.E007"),
+    ):
+        value = app_settings.get(name)
+        if value not in choices:
+            errors.append(Error(
+                f"{SETTING_NAME}[{name!r}] must be one of {', '.join(choices)}; got {value!r}.",
+                id=check_id,
+            ))
+    if app_settings.get("MODE") == "celery" and not _celery_installed():
+        errors.append(Error(
+            f"{SETTING_NAME}['MODE'] is 'celery' but Celery is not installed.",
+            hint="pip install 'squad-memory[celery]'",
+            id="squad_memory.E008",
+        ))
+    return errors
+
+
+def _celery_installed() -> bool:
+    try:
+        import celery  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _check_limits() -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for name in ("PENDING_TIMEOUT", "MAX_MESSAGE_BYTES", "MAX_BATCH_SIZE", "MAX_ID_LENGTH",
+                 "CELERY_MAX_RETRIES"):
+        value = app_settings.get(name)
+        minimum = 0 if name == "CELERY_MAX_RETRIES" else 1
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < minimum:
+            errors.append(Error(
+                f"{SETTING_NAME}[{name!r}] must be a number >= {minimum}, got {value!r}.",
+                id="squad_memory.E009",
+            ))
+    if _is_int(app_settings.get("MAX_ID_LENGTH"), 1) and app_settings.get("MAX_ID_LENGTH") > 255:
+        errors.append(Error(
+            f"{SETTING_NAME}['MAX_ID_LENGTH'] cannot exceed 255, the length of the id columns.",
+            id="squad_memory.E010",
+        ))
+    return errors

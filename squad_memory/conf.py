@@ -1,0 +1,125 @@
+"""Settings of squad_memory: one ``SQUAD_MEMORY`` dict, read live.
+
+Every value is looked up when used, so ``override_settings`` works, and nothing
+is read at import time or in model definitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils.module_loading import import_string
+
+SETTING_NAME = "SQUAD_MEMORY"
+
+DEFAULTS: dict[str, Any] = {
+    # Dotted path of the summarizer: ``(history, keep_last) -> list[ConversationMessage]``.
+    "SUMMARIZER": "squad_memory.summarizers.offline.summarize",
+    # Compress when the buffer holds more than TRIGGER_AT message pairs.
+    "TRIGGER_AT": 20,
+    # Message pairs the summarizer keeps verbatim.
+    "KEEP_LAST": 2,
+    # "record": a summarizer error is logged and the save succeeds; "raise": the save raises.
+    "ON_ERROR": "record",
+    # "inline": compress on the caller's thread; "celery": in a worker.
+    "MODE": "inline",
+    # A compression marker older than this is considered abandoned (process died).
+    "PENDING_TIMEOUT": 600,
+    # Celery mode: attempts after the first, and backoff base/maximum in seconds.
+    "CELERY_MAX_RETRIES": 3,
+    "CELERY_RETRY_BACKOFF": 2,
+    "CELERY_RETRY_BACKOFF_MAX": 60,
+    "CELERY_QUEUE": None,
+    # API: maps a request user to the user_id of the slots they own.
+    "USER_ID_RESOLVER": "squad_memory.api.access.default_user_id",
+    # Limits applied to messages entering through the API and importers.
+    "MAX_MESSAGE_BYTES": 64 * 1024,
+    "MAX_BATCH_SIZE": 100,
+    "MAX_ID_LENGTH": 255,
+}
+
+_MODES = ("inline", "celery")
+_ON_ERROR = ("record", "raise")
+
+
+class Settings:
+    """Typed, live view of ``settings.SQUAD_MEMORY`` over :data:`DEFAULTS`."""
+
+    def _user(self) -> dict[str, Any]:
+        value = getattr(django_settings, SETTING_NAME, {})
+        if not isinstance(value, dict):
+            raise ImproperlyConfigured(f"{SETTING_NAME} must be a dict, not {type(value).__name__}.")
+        return value
+
+    def get(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Unknown {SETTING_NAME} setting {name!r}.")
+        return self._user().get(name, DEFAULTS[name])
+
+    def unknown_keys(self) -> list[str]:
+        return sorted(set(self._user()) - set(DEFAULTS))
+
+    @property
+    def summarizer_path(self) -> str | Callable[..., Any]:
+        value: str | Callable[..., Any] = self.get("SUMMARIZER")
+        return value
+
+    @property
+    def trigger_at(self) -> int:
+        return int(self.get("TRIGGER_AT"))
+
+    @property
+    def keep_last(self) -> int:
+        return int(self.get("KEEP_LAST"))
+
+    @property
+    def on_error(self) -> str:
+        return str(self.get("ON_ERROR"))
+
+    @property
+    def mode(self) -> str:
+        return str(self.get("MODE"))
+
+    @property
+    def pending_timeout(self) -> float:
+        return float(self.get("PENDING_TIMEOUT"))
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self.get("MAX_MESSAGE_BYTES"))
+
+    @property
+    def max_batch_size(self) -> int:
+        return int(self.get("MAX_BATCH_SIZE"))
+
+    @property
+    def max_id_length(self) -> int:
+        return int(self.get("MAX_ID_LENGTH"))
+
+    def import_callable(self, name: str) -> Callable[..., Any]:
+        """Resolve a dotted-path setting, with an error that names the setting."""
+        value = self.get(name)
+        if callable(value):
+            return value  # type: ignore[no-any-return]
+        try:
+            return import_string(value)  # type: ignore[no-any-return]
+        except ImportError as exc:
+            raise ImproperlyConfigured(
+                f"{SETTING_NAME}[{name!r}] = {value!r} cannot be imported: {exc}"
+            ) from exc
+
+
+app_settings = Settings()
+
+
+@receiver(setting_changed)
+def _reset_caches(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        from squad_memory import storage
+
+        storage.get_storage.cache_clear()

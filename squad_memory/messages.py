@@ -1,0 +1,106 @@
+"""Conversation messages: validation, conversion, and the rules every path shares."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from enum import Enum
+from typing import Any
+
+from agent_squad.types import ConversationMessage
+
+from squad_memory.exceptions import InvalidMessage, InvalidSlotKey, InvalidSummarizerOutput
+
+ROLES = ("user", "assistant")
+
+MessageDict = dict[str, Any]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def role_value(role: Any) -> str:
+    """The plain string of a role (agent-squad passes both enum members and strings)."""
+    return str(role.value) if isinstance(role, Enum) else str(role)
+
+
+def is_same_role(last_role: str, new_role: str) -> bool:
+    """The role rule of ``save_chat_message``: a message repeating the last role is skipped."""
+    return bool(last_role) and last_role == new_role
+
+
+def needs_compression(buffer_length: int, trigger_at: int) -> bool:
+    """The trigger rule: a buffer longer than ``trigger_at`` pairs is compressed."""
+    return buffer_length > trigger_at * 2
+
+
+def trim_size(max_history_size: int | None) -> int:
+    """Messages kept by ``trim_conversation``; 0 means everything (None, 0 and 1)."""
+    if max_history_size is None:
+        return 0
+    return max(max_history_size - max_history_size % 2, 0)
+
+
+def trim(messages: list[Any], max_history_size: int | None) -> list[Any]:
+    keep = trim_size(max_history_size)
+    return messages[-keep:] if keep else messages
+
+
+def validate_key(user_id: Any, session_id: Any, agent_id: Any, max_length: int = 255) -> None:
+    for name, value in (("user_id", user_id), ("session_id", session_id), ("agent_id", agent_id)):
+        if not isinstance(value, str) or not value:
+            raise InvalidSlotKey(f"{name} must be a non-empty string, got {value!r}.")
+        if len(value) > max_length:
+            raise InvalidSlotKey(f"{name} is {len(value)} characters long; the limit is {max_length}.")
+        if "\x00" in value:
+            raise InvalidSlotKey(f"{name} must not contain NUL characters.")
+
+
+def to_dict(message: Any, *, error: type[ValueError] = InvalidMessage) -> MessageDict:
+    """Validate one message (a ``ConversationMessage`` or a dict) and return its stored form."""
+    if isinstance(message, ConversationMessage):
+        role, content = message.role, message.content
+        citations = getattr(message, "citations", None)
+    elif isinstance(message, dict):
+        role, content, citations = message.get("role"), message.get("content"), message.get("citations")
+    else:
+        raise error(f"Expected a ConversationMessage or a dict, got {type(message).__name__}.")
+    role = role_value(role)
+    if role not in ROLES:
+        raise error(f"role must be one of {', '.join(ROLES)}; got {role!r}.")
+    if content is None:
+        content = []
+    if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+        raise error("content must be a list of block dicts such as [{'text': '...'}].")
+    return {"role": role, "content": content, "citations": citations or None}
+
+
+def to_dicts(messages: Iterable[Any]) -> list[MessageDict]:
+    return [to_dict(m) for m in messages]
+
+
+def validate_summary(output: Any) -> list[MessageDict]:
+    """Validate a summarizer's output: a list of messages with a role and content blocks."""
+    if isinstance(output, (str, bytes)) or not isinstance(output, Sequence):
+        raise InvalidSummarizerOutput(
+            f"The summarizer must return a list of ConversationMessage, got {type(output).__name__}."
+        )
+    result = [to_dict(m, error=InvalidSummarizerOutput) for m in output]
+    if not result:
+        raise InvalidSummarizerOutput("The summarizer returned an empty list; keep at least a summary.")
+    return result
+
+
+def to_message(data: MessageDict) -> ConversationMessage:
+    """A fresh ``ConversationMessage`` from a stored dict (content copied, so callers may mutate)."""
+    citations = data.get("citations")
+    return ConversationMessage(
+        role=data["role"],
+        content=[dict(block) for block in data.get("content") or []],
+        citations=list(citations) if citations else None,
+    )
+
+
+def to_messages(rows: Iterable[MessageDict]) -> list[ConversationMessage]:
+    return [to_message(r) for r in rows]

@@ -1,0 +1,204 @@
+"""What squad_memory stores: slots, their raw history, and the compression log.
+
+A *slot* is one conversation of one agent, keyed ``(user_id, session_id, agent_id)``.
+Its row carries the sequence counter and the role of its last accepted message
+(so a save never reads the history) and the summary buffer as a *pointer plus a
+prefix*: the last compression's output and the sequence number it covers. The
+buffer is that prefix followed by the slot's messages after the pointer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+#: ``Slot.namespace`` of slots whose raw history is kept by :class:`DjangoChatStorage`.
+DJANGO_NAMESPACE = ""
+
+
+class SlotQuerySet(models.QuerySet["Slot"]):
+    def for_key(self, user_id: str, session_id: str, agent_id: str, namespace: str = "") -> SlotQuerySet:
+        return self.filter(
+            namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
+        )
+
+    def over_threshold(self, default_trigger_at: int) -> SlotQuerySet:
+        """Active slots whose buffer holds more than ``2 * trigger_at`` messages."""
+        trigger = models.functions.Coalesce("trigger_at", models.Value(default_trigger_at))
+        buffer_len = models.F("summary_length") + models.F("last_seq") - models.F("covered_seq")
+        return self.filter(active=True).alias(trigger=trigger, blen=buffer_len).filter(
+            blen__gt=models.F("trigger") * 2
+        )
+
+
+class Slot(models.Model):
+    """One conversation of one agent, with its summary buffer state."""
+
+    namespace = models.CharField(
+        _("namespace"),
+        max_length=64,
+        blank=True,
+        default="",
+        help_text=_("Empty for slots kept by DjangoChatStorage; names the wrapped store otherwise."),
+    )
+    user_id = models.CharField(_("user id"), max_length=255)
+    session_id = models.CharField(_("session id"), max_length=255)
+    agent_id = models.CharField(_("agent id"), max_length=255)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("last activity"), auto_now=True, db_index=True)
+
+    # Raw history bookkeeping: sequence numbers are gapless, 1..last_seq.
+    last_seq = models.BigIntegerField(_("last sequence number"), default=0)
+    last_role = models.CharField(_("role of the last message"), max_length=16, blank=True)
+    visible_from_seq = models.BigIntegerField(
+        _("visible from"),
+        default=1,
+        help_text=_("Messages before this sequence number were trimmed by max_history_size."),
+    )
+
+    # Summary buffer: prefix (last compression output) + messages after covered_seq.
+    active = models.BooleanField(_("buffer active"), default=False)
+    summary = models.JSONField(_("summary prefix"), default=list, blank=True)
+    summary_length = models.IntegerField(_("summary length"), default=0)
+    covered_seq = models.BigIntegerField(
+        _("covered up to"),
+        default=0,
+        help_text=_("The last compression's input reached this sequence number."),
+    )
+    version = models.BigIntegerField(
+        _("buffer version"), default=0, help_text=_("Bumped by every applied compression.")
+    )
+    trigger_at = models.PositiveIntegerField(
+        _("trigger at (pairs)"), null=True, blank=True, help_text=_("Overrides the storage's value.")
+    )
+    keep_last = models.PositiveIntegerField(
+        _("keep last (pairs)"), null=True, blank=True, help_text=_("Overrides the storage's value.")
+    )
+    pending_since = models.DateTimeField(
+        _("compression pending since"),
+        null=True,
+        blank=True,
+        help_text=_("Set while a compression is queued or running; at most one per slot."),
+    )
+    pending_token = models.CharField(_("pending token"), max_length=64, blank=True)
+    last_failed = models.BooleanField(_("last compression failed"), default=False)
+
+    objects = SlotQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("slot")
+        verbose_name_plural = _("slots")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["namespace", "user_id", "session_id", "agent_id"],
+                name="squad_memory_slot_key",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["user_id", "session_id"], name="squad_memory_slot_session"),
+            models.Index(fields=["agent_id"], name="squad_memory_slot_agent"),
+        ]
+
+    def __str__(self) -> str:
+        prefix = f"{self.namespace}:" if self.namespace else ""
+        return f"{prefix}{self.user_id}/{self.session_id}/{self.agent_id}"
+
+    @property
+    def message_count(self) -> int:
+        """Raw messages accepted (trimmed ones included)."""
+        return self.last_seq
+
+    @property
+    def buffer_length(self) -> int:
+        """Length of what ``fetch_chat`` returns once the buffer is active."""
+        if not self.active:
+            return self.last_seq - self.visible_from_seq + 1
+        return self.summary_length + self.last_seq - self.covered_seq
+
+    @property
+    def state(self) -> str:
+        if self.pending_since is not None:
+            return "pending"
+        if self.last_failed:
+            return "failed"
+        return "active" if self.active else "inactive"
+
+
+class Message(models.Model):
+    """One accepted raw message. Never edited; trimmed messages stay, marked by the slot."""
+
+    slot = models.ForeignKey(
+        Slot, on_delete=models.CASCADE, related_name="messages", verbose_name=_("slot")
+    )
+    seq = models.BigIntegerField(_("sequence number"))
+    role = models.CharField(_("role"), max_length=16)
+    content = models.JSONField(_("content blocks"), default=list)
+    citations = models.JSONField(_("citations"), null=True, blank=True)
+    timestamp = models.BigIntegerField(_("timestamp (ms)"))
+
+    class Meta:
+        verbose_name = _("message")
+        verbose_name_plural = _("messages")
+        ordering = ["slot_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["slot", "seq"], name="squad_memory_message_seq"),
+        ]
+        indexes = [
+            models.Index(fields=["timestamp"], name="squad_memory_message_ts"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.slot_id}#{self.seq} {self.role}"
+
+    @property
+    def trimmed(self) -> bool:
+        return self.seq < self.slot.visible_from_seq
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "role": self.role,
+            "content": self.content,
+            "citations": self.citations,
+            "timestamp": self.timestamp,
+        }
+
+
+class Compression(models.Model):
+    """Append-only log of every compression and every failed attempt."""
+
+    class Outcome(models.TextChoices):
+        APPLIED = "applied", _("applied")
+        FAILED = "failed", _("failed")
+        STALE = "stale", _("stale (buffer moved on)")
+        SKIPPED = "skipped", _("skipped")
+
+    slot = models.ForeignKey(
+        Slot, on_delete=models.CASCADE, related_name="compressions", verbose_name=_("slot")
+    )
+    started_at = models.DateTimeField(_("started"))
+    finished_at = models.DateTimeField(_("finished"))
+    duration_ms = models.IntegerField(_("duration (ms)"))
+    from_seq = models.BigIntegerField(_("covered from"))
+    to_seq = models.BigIntegerField(_("covered up to"))
+    input = models.JSONField(_("input buffer"), default=list)
+    output = models.JSONField(_("output"), null=True, blank=True)
+    summarizer = models.CharField(_("summarizer"), max_length=255)
+    outcome = models.CharField(_("outcome"), max_length=16, choices=Outcome.choices)
+    error = models.TextField(_("error"), blank=True)
+    trigger = models.CharField(_("triggered by"), max_length=32, default="save")
+    attempt = models.PositiveIntegerField(_("attempt"), default=1)
+
+    class Meta:
+        verbose_name = _("compression")
+        verbose_name_plural = _("compression log")
+        ordering = ["slot_id", "started_at", "id"]
+        indexes = [
+            models.Index(fields=["slot", "started_at"], name="squad_memory_comp_slot"),
+            models.Index(fields=["outcome"], name="squad_memory_comp_outcome"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.slot_id} {self.from_seq}..{self.to_seq} {self.outcome}"

@@ -1,0 +1,100 @@
+"""Summarizers: how the storage finds, names and calls one.
+
+A summarizer is ``(history: list[ConversationMessage], keep_last: int) ->
+list[ConversationMessage]``: a plain function, an async function, a callable
+object, or the dotted path of one.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.utils.module_loading import import_string
+
+from squad_memory.exceptions import ConfigurationError, SummarizerNotImportable
+
+SummarizerFunc = Callable[[list[Any], int], Any]
+
+
+@dataclass(frozen=True)
+class Summarizer:
+    """A resolved summarizer: the callable, a label for the log, and its import path if any."""
+
+    func: SummarizerFunc
+    label: str
+    path: str | None
+
+
+def resolve(value: str | SummarizerFunc | Summarizer) -> Summarizer:
+    """Resolve a dotted path or a callable into a :class:`Summarizer`."""
+    if isinstance(value, Summarizer):
+        return value
+    if isinstance(value, str):
+        try:
+            func = import_string(value)
+        except ImportError as exc:
+            raise ConfigurationError(f"Summarizer {value!r} cannot be imported: {exc}") from exc
+        return Summarizer(func, value, value)
+    if not callable(value):
+        raise ConfigurationError(
+            f"summarizer must be a callable or a dotted path, got {type(value).__name__}."
+        )
+    path = importable_path(value)
+    return Summarizer(value, path or _describe(value), path)
+
+
+def importable_path(func: Any) -> str | None:
+    """The dotted path a worker can import ``func`` by, or None (lambda, closure, method)."""
+    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
+    if module is None or qualname is None or "<" in qualname:
+        # A callable instance: importable when it is a module-level object.
+        return _instance_path(func)
+    path = f"{module}.{qualname}"
+    try:
+        return path if import_string(path) is func else None
+    except ImportError:
+        return None
+
+
+def _instance_path(obj: Any) -> str | None:
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        for attr, value in list(getattr(module, "__dict__", {}).items()):
+            if value is obj and not attr.startswith("_"):
+                return f"{name}.{attr}"
+    return None
+
+
+def _describe(func: Any) -> str:
+    module = getattr(func, "__module__", None) or type(func).__module__
+    qualname = getattr(func, "__qualname__", None) or type(func).__qualname__
+    return f"{module}.{qualname}"
+
+
+def require_importable(summarizer: Summarizer) -> str:
+    """The import path of a summarizer, or an error saying why a worker cannot run it."""
+    if summarizer.path is None:
+        raise SummarizerNotImportable(
+            f"Celery mode runs the summarizer in a worker, which must import it by dotted path; "
+            f"{summarizer.label} is a lambda, closure or local object. Define it at module level "
+            f"or pass its dotted path as a string."
+        )
+    return summarizer.path
+
+
+def call_summarizer(func: SummarizerFunc, history: list[Any], keep_last: int) -> Any:
+    """Call a sync or async summarizer from synchronous code."""
+    result = func(history, keep_last)
+    if inspect.isawaitable(result):
+        awaitable = result
+
+        async def wait() -> Any:
+            return await awaitable
+
+        result = async_to_sync(wait)()
+    return result
