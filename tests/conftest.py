@@ -1,0 +1,70 @@
+"""Shared fixtures. Service tests skip with a reason where a service is missing,
+and fail instead under ``CI=true``, where every service must be there."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from agent_squad.types import ConversationMessage
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip (or, under CI=true, fail) when a service a test needs is missing."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("postgres"):
+            item.fixturenames.insert(0, "_needs_postgres")
+
+
+@pytest.fixture
+def _needs_postgres() -> None:
+    require(
+        connection.vendor == "postgresql",
+        f"needs PostgreSQL as the database (DATABASE_URL=postgres://...); this run uses {connection.vendor}",
+    )
+
+
+_TX_CONTROL = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE SAVEPOINT)", re.I)
+
+
+class QueryCounter(CaptureQueriesContext):
+    """Counts SQL statements, leaving out transaction control (BEGIN, COMMIT, savepoints)."""
+
+    @property
+    def statements(self) -> list[str]:
+        return [q["sql"] for q in self.captured_queries if not _TX_CONTROL.match(q["sql"])]
+
+    @property
+    def count(self) -> int:
+        return len(self.statements)
+
+
+@pytest.fixture
+def count_queries() -> Iterator[Any]:
+    def make() -> QueryCounter:
+        return QueryCounter(connection)
+
+    yield make
+
+
+def msg(role: str, text: str) -> ConversationMessage:
+    return ConversationMessage(role=role, content=[{"text": text}])
+
+
+def texts(messages: list[ConversationMessage]) -> list[str]:
+    return [m.content[0].get("text", "") if m.content else "" for m in messages]

@@ -1,0 +1,188 @@
+"""DjangoChatStorage behaves like agent-squad's InMemoryChatStorage, durably."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from agent_squad.storage import ChatStorage, InMemoryChatStorage
+from agent_squad.types import ConversationMessage, ParticipantRole
+
+from squad_memory.exceptions import InvalidMessage, InvalidSlotKey
+from squad_memory.models import Message, Slot
+from squad_memory.storage import DjangoChatStorage
+from tests.conftest import msg, texts
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def dump(messages: list[ConversationMessage]) -> list[tuple[str, Any]]:
+    return [(m.role, m.content) for m in messages]
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_is_a_real_chat_storage() -> None:
+    assert isinstance(DjangoChatStorage(), ChatStorage)
+
+
+SCRIPT: list[tuple[str, Any]] = [
+    ("one", ("a1", msg("user", "hi"), None)),
+    ("one", ("a1", msg("user", "repeat user: skipped"), None)),
+    ("one", ("a1", msg("assistant", "hello"), None)),
+    ("one", ("a2", msg("user", "other agent"), None)),
+    ("many", ("a1", [msg("user", "b1"), msg("user", "b2"), msg("assistant", "b3")], None)),
+    ("one", ("a2", msg("assistant", "answer two"), 4)),
+    ("one", ("a1", msg("user", "trim me"), 5)),
+    ("one", ("a1", msg("assistant", "after trim"), None)),
+    ("many", ("a2", [msg("user", "x"), msg("assistant", "y")], 3)),
+]
+
+
+def play(storage: ChatStorage) -> list[Any]:
+    async def go() -> list[Any]:
+        seen: list[Any] = []
+        for kind, (agent, payload, size) in SCRIPT:
+            if kind == "one":
+                out = await storage.save_chat_message("u", "s", agent, payload, size)
+            else:
+                out = await storage.save_chat_messages("u", "s", agent, payload, size)
+            seen.append(dump(out))
+            await asyncio.sleep(0.002)  # distinct timestamps, as in real traffic
+        for agent in ("a1", "a2"):
+            seen.append(dump(await storage.fetch_chat("u", "s", agent)))
+            seen.append(dump(await storage.fetch_chat("u", "s", agent, 3)))
+        seen.append(dump(await storage.fetch_all_chats("u", "s")))
+        return seen
+
+    return run(go())
+
+
+def test_same_results_as_in_memory_storage() -> None:
+    assert play(DjangoChatStorage()) == play(InMemoryChatStorage())
+
+
+def test_role_rule_skips_a_repeated_role_and_returns_the_conversation() -> None:
+    store = DjangoChatStorage()
+    store.save_chat_message_sync("u", "s", "a", msg("user", "one"))
+    out = store.save_chat_message_sync("u", "s", "a", msg(ParticipantRole.USER.value, "two"))
+    assert texts(out) == ["one"]
+    assert Message.objects.count() == 1
+
+
+def test_enum_roles_are_stored_as_plain_strings() -> None:
+    store = DjangoChatStorage()
+    store.save_chat_message_sync("u", "s", "a", ConversationMessage(ParticipantRole.USER, [{"text": "x"}]))
+    assert Message.objects.get().role == "user"
+    assert store.fetch_chat_sync("u", "s", "a")[0].role == "user"
+
+
+def test_trimmed_messages_stay_in_the_database_marked() -> None:
+    store = DjangoChatStorage()
+    for i in range(5):
+        store.save_chat_messages_sync("u", "s", "a", [msg("user", f"q{i}"), msg("assistant", f"a{i}")])
+    store.save_chat_message_sync("u", "s", "a", msg("user", "last"), max_history_size=3)
+    assert texts(store.fetch_chat_sync("u", "s", "a")) == ["a4", "last"]
+    rows = list(Message.objects.select_related("slot").order_by("seq"))
+    assert len(rows) == 11
+    assert [r.trimmed for r in rows] == [True] * 9 + [False] * 2
+
+
+@pytest.mark.parametrize("size,expected", [(None, 6), (0, 6), (1, 6), (2, 2), (3, 2), (4, 4)])
+def test_fetch_trims_with_even_rounding(size: int | None, expected: int) -> None:
+    store = DjangoChatStorage()
+    store.save_chat_messages_sync("u", "s", "a", [msg(r, str(i)) for i, r in enumerate(["user", "assistant"] * 3)])
+    assert len(store.fetch_chat_sync("u", "s", "a", size)) == expected
+
+
+def test_fetch_all_chats_merges_agents_by_time_with_prefixes() -> None:
+    store = DjangoChatStorage()
+    store.save_chat_message_sync("u", "s", "tech", msg("user", "q1"))
+    store.save_chat_message_sync("u", "s", "tech", msg("assistant", "a1"))
+    store.save_chat_message_sync("u", "s", "travel", msg("user", "q2"))
+    store.save_chat_message_sync("u", "s", "travel", msg("assistant", "a2"))
+    store.save_chat_message_sync("u", "other", "tech", msg("user", "elsewhere"))
+    assert texts(store.fetch_all_chats_sync("u", "s")) == ["q1", "[tech] a1", "q2", "[travel] a2"]
+
+
+def test_returned_lists_are_fresh() -> None:
+    store = DjangoChatStorage()
+    out = store.save_chat_message_sync("u", "s", "a", msg("user", "keep"))
+    out[0].content[0]["text"] = "mutated"
+    out.append(msg("assistant", "injected"))
+    fetched = store.fetch_chat_sync("u", "s", "a")
+    fetched[0].content.append({"text": "more"})
+    assert dump(store.fetch_chat_sync("u", "s", "a")) == [("user", [{"text": "keep"}])]
+
+
+def test_server_timestamps_in_ms() -> None:
+    import time
+
+    before = int(time.time() * 1000)
+    DjangoChatStorage().save_chat_message_sync("u", "s", "a", msg("user", "x"))
+    assert before <= Message.objects.get().timestamp <= int(time.time() * 1000)
+
+
+def test_tool_blocks_and_citations_round_trip() -> None:
+    store = DjangoChatStorage()
+    blocks = [{"toolUse": {"toolUseId": "t1", "name": "weather", "input": {"city": "Paris"}}}]
+    store.save_chat_message_sync("u", "s", "a", ConversationMessage("assistant", blocks, citations=[{"url": "x"}]))
+    out = store.fetch_chat_sync("u", "s", "a")
+    assert out[0].content == blocks and out[0].citations == [{"url": "x"}]
+
+
+def test_empty_batch_stores_nothing() -> None:
+    store = DjangoChatStorage()
+    assert store.save_chat_messages_sync("u", "s", "a", []) == []
+    assert Message.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ConversationMessage("system", [{"text": "x"}]),
+        ConversationMessage("user", "not a list"),
+        ConversationMessage("user", ["not a dict"]),
+        "just a string",
+    ],
+)
+def test_bad_messages_raise_a_clear_error_and_store_nothing(bad: Any) -> None:
+    store = DjangoChatStorage()
+    with pytest.raises(InvalidMessage):
+        store.save_chat_messages_sync("u", "s", "a", [msg("user", "fine"), bad])
+    assert Message.objects.count() == 0 and Slot.objects.count() == 0
+
+
+@pytest.mark.parametrize("key", [("", "s", "a"), ("u", None, "a"), ("u", "s", "x" * 256), ("u\x00", "s", "a")])
+def test_bad_ids_raise_a_clear_error(key: tuple[Any, Any, Any]) -> None:
+    with pytest.raises(InvalidSlotKey):
+        DjangoChatStorage().save_chat_message_sync(*key, msg("user", "x"))
+
+
+def test_async_methods_work_from_any_thread_and_event_loop() -> None:
+    store = DjangoChatStorage()
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        try:
+            asyncio.run(store.save_chat_messages("u", "s", f"agent{n}", [msg("user", f"{n}")]))
+            assert texts(asyncio.run(store.fetch_chat("u", "s", f"agent{n}"))) == [f"{n}"]
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(asyncio.run(store.fetch_all_chats("u", "s"))) == 4
+
+
+def test_history_survives_a_new_instance() -> None:
+    DjangoChatStorage().save_chat_message_sync("u", "s", "a", msg("user", "durable"))
+    assert texts(DjangoChatStorage().fetch_chat_sync("u", "s", "a")) == ["durable"]
