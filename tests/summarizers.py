@@ -57,3 +57,13 @@ class Gate:
         with self._lock:
             self.active -= 1
         return fold(history, keep_last)
+
+
+FLAKY = {"fail": False}
+
+
+def flaky(history: list[ConversationMessage], keep_last: int) -> list[ConversationMessage]:
+    """``fold``, or an error while ``FLAKY["fail"]`` is set."""
+    if FLAKY["fail"]:
+        raise RuntimeError("flaky summarizer is down")
+    return fold(history, keep_last)

@@ -1,0 +1,69 @@
+"""Fixtures and helpers shared by the API tests (tests/test_api_*.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+import squad_memory
+from squad_memory.models import Slot
+from tests.conftest import msg
+
+WRITE_PERMS = ("add_message", "change_slot")
+
+
+@dataclass
+class Users:
+    owner: User
+    other: User
+    staff: User
+    reader: User  # no permissions: may only read their own slots
+
+
+def make_user(name: str, *, staff: bool = False, perms: tuple[str, ...] = WRITE_PERMS) -> User:
+    user = User.objects.create_user(name, is_staff=staff)  # no password: hashing is slow
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="squad_memory", codename__in=perms)
+    )
+    return User.objects.get(pk=user.pk)  # drop the permission cache
+
+
+@pytest.fixture
+def users(db: Any) -> Users:
+    return Users(
+        owner=make_user("owner"),
+        other=make_user("other"),
+        staff=make_user("staff", staff=True),
+        reader=make_user("reader", perms=()),
+    )
+
+
+def client_for(user: User | None) -> APIClient:
+    """An API client authenticated by token (anonymous for None)."""
+    client = APIClient()
+    if user is not None:
+        token, _ = Token.objects.get_or_create(user=user)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+def fill(user: User, count: int, session: str = "s1", agent: str = "a1") -> Slot:
+    """A slot of ``user`` with ``count`` alternating messages, stored as a Python caller would."""
+    batch = [msg("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(count)]
+    storage = squad_memory.get_storage()
+    for start in range(0, max(count, 1), 500):
+        storage.save_chat_messages_sync(str(user.pk), session, agent, batch[start:start + 500])
+    return Slot.objects.get(user_id=str(user.pk), session_id=session, agent_id=agent)
+
+
+def one(role: str, text: str) -> dict[str, Any]:
+    return {"role": role, "content": [{"text": text}]}
+
+
+def post(client: APIClient, body: Any, **kwargs: Any) -> Any:
+    return client.post("/api/slots/messages/", body, format="json", **kwargs)

@@ -1,0 +1,109 @@
+"""The admin in a real browser: headless Chromium, driven by Playwright, on a live server."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+import squad_memory
+from squad_memory.models import Message, Slot
+from tests.conftest import msg, require
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    chromium = shutil.which("chromium") or str(CHROMIUM)
+    require(Path(chromium).exists(), f"Chromium is not installed ({CHROMIUM}); apt-get install chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        require(False, "the playwright Python package is not installed (pip install playwright)")
+    # Playwright's sync API keeps an event loop on this thread; the ORM calls made here
+    # between browser steps are plain synchronous ones.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def long_active_slot() -> Slot:
+    """240 raw messages; the first 230 summarized once, 10 saved since through the storage."""
+    slot = Slot.objects.create(user_id="alice", session_id="s1", agent_id="support", last_seq=230,
+                               last_role="assistant")
+    Message.objects.bulk_create([
+        Message(slot=slot, seq=i, role="user" if i % 2 else "assistant", timestamp=T0 + i * 1000,
+                content=[{"text": f"{'question' if i % 2 else 'answer'} {i}"}])
+        for i in range(1, 231)
+    ])
+    store = squad_memory.get_storage()
+    store.fetch_chat_sync("alice", "s1", "support")  # over the threshold: activates, compresses
+    for i in range(231, 241):
+        store.save_chat_message_sync("alice", "s1", "support",
+                                     msg("user" if i % 2 else "assistant", f"later {i}"))
+    slot.refresh_from_db()
+    assert slot.active and slot.covered_seq == 230 and slot.last_seq == 240
+    return slot
+
+
+def test_operator_reads_a_slot_and_summarizes_it(browser: Any, live_server: Any) -> None:
+    User.objects.create_superuser("operator", "op@example.com", "secret-pw")
+    slot = long_active_slot()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/squad_memory/slot/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "secret-pw")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#result_list")
+    row = page.locator("#result_list tbody tr", has_text="support")
+    assert "active" in row.inner_text() and "240" in row.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "admin-slot-list.png"), full_page=True)
+
+    row.locator("th a").click()
+    print(page.evaluate("""() => { let e = document.getElementById('raw-history'); const out = [];
+      while (e) { const cs = getComputedStyle(e); const r = e.getBoundingClientRect();
+        out.push([e.tagName, e.id, e.className, cs.display, cs.visibility, r.width, r.height]); e = e.parentElement; }
+      return JSON.stringify(out); }"""))
+    page.wait_for_selector("#raw-history")
+    assert page.locator("#raw-history .sm-msg").count() == 40  # last page: messages 201..240
+    assert page.locator("#raw-history .sm-range").first.inner_text() == "Messages #201–#240 of 240"
+    assert page.locator("#raw-history .sm-badge-covered").count() == 30 + 1  # 201..230, legend
+    summary = page.locator("#buffer .sm-summary")
+    assert summary.is_visible() and "covering raw messages up to #230" in summary.inner_text()
+    before = summary.inner_text()
+    assert page.locator("#buffer > .sm-messages .sm-msg").count() == 10
+    assert page.locator("#compression-log tbody tr").count() == 1
+    assert page.locator("#compression-log").is_visible()
+    page.screenshot(path=str(ARTIFACTS / "admin-slot-page.png"), full_page=True)
+
+    page.click("text=Summarize now")
+    page.wait_for_selector(".sm-confirm")
+    page.click("input[name=confirm]")
+    page.wait_for_selector("#buffer .sm-summary")
+    assert "summarized" in page.locator(".messagelist").inner_text()
+    after = page.locator("#buffer .sm-summary").inner_text()
+    assert after != before and "covering raw messages up to #240" in after
+    assert page.locator("#buffer > .sm-messages .sm-msg").count() == 0
+    assert page.locator("#compression-log tbody tr").count() == 2
+    page.screenshot(path=str(ARTIFACTS / "admin-slot-page-after-summarize.png"), full_page=True)
+    slot.refresh_from_db()
+    assert slot.covered_seq == 240 and slot.version == 2

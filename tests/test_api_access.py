@@ -1,0 +1,125 @@
+"""Access control: anonymous, owner, another user and staff, against every endpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import override_settings
+
+from squad_memory.models import Slot
+from tests.api_support import Users, client_for, fill, make_user, one, post, users  # noqa: F401
+
+# (name, request) -> the status per caller: anonymous, owner, other user, staff.
+Call = Callable[[Any, Slot, User], Any]
+
+
+def _post_own(client: Any, slot: Slot, owner: User) -> Any:
+    return post(client, {"session_id": "s1", "agent_id": "a1", "messages": [one("user", "x")]})
+
+
+def _post_as_owner(client: Any, slot: Slot, owner: User) -> Any:
+    body = {"user_id": str(owner.pk), "session_id": "s1", "agent_id": "a1",
+            "messages": [one("user", "x")]}
+    return post(client, body)
+
+
+MATRIX: list[tuple[str, Call, tuple[int, int, int, int]]] = [
+    ("list", lambda c, s, o: c.get("/api/slots/"), (401, 200, 200, 200)),
+    ("retrieve", lambda c, s, o: c.get(f"/api/slots/{s.pk}/"), (401, 200, 404, 200)),
+    ("messages", lambda c, s, o: c.get(f"/api/slots/{s.pk}/messages/"), (401, 200, 404, 200)),
+    ("buffer", lambda c, s, o: c.get(f"/api/slots/{s.pk}/buffer/"), (401, 200, 404, 200)),
+    ("history", lambda c, s, o: c.get("/api/sessions/s1/history/"), (401, 200, 200, 200)),
+    ("history of owner", lambda c, s, o: c.get(f"/api/sessions/s1/history/?user_id={o.pk}"),
+     (401, 200, 404, 200)),
+    ("post own", _post_own, (401, 201, 201, 201)),
+    ("post as owner", _post_as_owner, (401, 201, 403, 201)),
+    ("compress", lambda c, s, o: c.post(f"/api/slots/{s.pk}/compress/"), (401, 200, 404, 200)),
+    ("reset", lambda c, s, o: c.post(f"/api/slots/{s.pk}/reset/"), (401, 200, 404, 200)),
+]
+
+
+@pytest.mark.parametrize(("name", "call", "expected"), MATRIX, ids=[m[0] for m in MATRIX])
+def test_access_matrix(users: Users, name: str, call: Call, expected: tuple[int, ...]) -> None:
+    slot = fill(users.owner, 4)
+    callers = (None, users.owner, users.other, users.staff)
+    got = tuple(call(client_for(user), slot, users.owner).status_code for user in callers)
+    assert got == expected
+
+
+def test_lists_and_histories_show_only_what_the_caller_may_see(users: Users) -> None:
+    mine, theirs = fill(users.owner, 3), fill(users.other, 2)
+    ids = lambda user: {s["id"] for s in client_for(user).get("/api/slots/").json()["results"]}  # noqa: E731
+    assert ids(users.owner) == {mine.pk}
+    assert ids(users.other) == {theirs.pk}
+    assert ids(users.staff) == {mine.pk, theirs.pk}
+    other_view = client_for(users.other).get("/api/slots/", {"user_id": str(users.owner.pk)})
+    assert other_view.json()["results"] == []
+    history = client_for(users.other).get("/api/sessions/s1/history/").json()
+    assert history["user_id"] == str(users.other.pk)
+    assert [m["content"][0]["text"] for m in history["messages"]] == ["m0", "[a1] m1"]
+
+
+def test_anonymous_gets_401_with_a_token_challenge(users: Users) -> None:
+    response = client_for(None).get("/api/slots/")
+    assert response.status_code == 401 and response["WWW-Authenticate"] == "Token"
+
+
+def test_a_bad_token_is_refused(users: Users) -> None:
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
+    assert client.get("/api/slots/").status_code == 401
+
+
+def test_reading_needs_no_permission_but_writing_does(users: Users) -> None:
+    slot = fill(users.reader, 4)
+    client = client_for(users.reader)
+    assert client.get(f"/api/slots/{slot.pk}/").status_code == 200
+    assert client.get(f"/api/slots/{slot.pk}/messages/").status_code == 200
+    assert post(client, {"session_id": "s1", "agent_id": "a1",
+                         "message": one("assistant", "x")}).status_code == 403
+    assert client.post(f"/api/slots/{slot.pk}/compress/").status_code == 403
+    assert client.post(f"/api/slots/{slot.pk}/reset/").status_code == 403
+    assert Slot.objects.get(pk=slot.pk).last_seq == 4
+
+
+def test_posting_and_managing_are_separate_permissions(users: Users) -> None:
+    poster = make_user("poster", perms=("add_message",))
+    slot = fill(poster, 2)
+    client = client_for(poster)
+    assert post(client, {"session_id": "s1", "agent_id": "a1",
+                         "message": one("user", "x")}).status_code == 201
+    assert client.post(f"/api/slots/{slot.pk}/compress/").status_code == 403
+    manager = make_user("manager", perms=("change_slot",))
+    managed = fill(manager, 2)
+    client = client_for(manager)
+    assert client.post(f"/api/slots/{managed.pk}/compress/").status_code == 200
+    assert post(client, {"session_id": "s1", "agent_id": "a1",
+                         "message": one("user", "x")}).status_code == 403
+
+
+def test_staff_write_needs_the_permission_too(users: Users) -> None:
+    slot = fill(users.owner, 2)
+    plain_staff = make_user("plainstaff", staff=True, perms=())
+    client = client_for(plain_staff)
+    assert client.get(f"/api/slots/{slot.pk}/").status_code == 200
+    assert client.post(f"/api/slots/{slot.pk}/reset/").status_code == 403
+
+
+def email_user_id(user: User) -> str:
+    return f"mail:{user.username}"
+
+
+def test_user_id_resolver_is_read_live_from_settings(users: Users) -> None:
+    slot = Slot.objects.create(user_id="mail:owner", session_id="s", agent_id="a")
+    client = client_for(users.owner)
+    assert client.get(f"/api/slots/{slot.pk}/").status_code == 404
+    resolver = f"{__name__}.email_user_id"
+    with override_settings(SQUAD_MEMORY={"USER_ID_RESOLVER": resolver}):
+        assert client.get(f"/api/slots/{slot.pk}/").status_code == 200
+        response = post(client, {"session_id": "s", "agent_id": "a", "message": one("user", "x")})
+        assert response.json()["slot"]["id"] == slot.pk

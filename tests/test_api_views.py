@@ -1,0 +1,205 @@
+"""Each endpoint of the REST API does what the storage does for Python callers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+import squad_memory
+from squad_memory.models import Compression, Message, Slot
+from tests.api_support import Users, client_for, fill, one, post, users  # noqa: F401
+from tests.conftest import msg, texts
+
+
+def test_list_slots_filters_by_session_and_agent(users: Users) -> None:
+    fill(users.owner, 2, "s1", "a1")
+    fill(users.owner, 2, "s1", "a2")
+    fill(users.owner, 2, "s2", "a1")
+    client = client_for(users.owner)
+    keys = lambda r: sorted((s["session_id"], s["agent_id"]) for s in r.json()["results"])  # noqa: E731
+    assert keys(client.get("/api/slots/")) == [("s1", "a1"), ("s1", "a2"), ("s2", "a1")]
+    assert keys(client.get("/api/slots/", {"session_id": "s1"})) == [("s1", "a1"), ("s1", "a2")]
+    assert keys(client.get("/api/slots/", {"session_id": "s1", "agent_id": "a2"})) == [("s1", "a2")]
+
+
+def test_list_slots_pages_with_a_cursor(users: Users) -> None:
+    for i in range(5):
+        fill(users.owner, 1, f"s{i}")
+    client = client_for(users.owner)
+    first = client.get("/api/slots/", {"page_size": 2}).json()
+    assert "count" not in first and len(first["results"]) == 2
+    second = client.get(first["next"]).json()
+    third = client.get(second["next"]).json()
+    seen = [s["session_id"] for page in (first, second, third) for s in page["results"]]
+    assert seen == ["s4", "s3", "s2", "s1", "s0"] and third["next"] is None
+
+
+def test_read_slot(users: Users) -> None:
+    slot = fill(users.owner, 3)
+    body = client_for(users.owner).get(f"/api/slots/{slot.pk}/").json()
+    assert body["id"] == slot.pk and body["user_id"] == str(users.owner.pk)
+    assert body["message_count"] == 3 and body["state"] == "inactive" and body["last_role"] == "user"
+
+
+def test_raw_messages_page_by_seq_both_ways(users: Users) -> None:
+    slot = fill(users.owner, 7)
+    client = client_for(users.owner)
+    page = client.get(f"/api/slots/{slot.pk}/messages/", {"page_size": 3}).json()
+    assert [m["seq"] for m in page["results"]] == [1, 2, 3]
+    assert page["results"][0]["content"] == [{"text": "m0"}] and "count" not in page
+    rest = client.get(page["next"]).json()
+    assert [m["seq"] for m in rest["results"]] == [4, 5, 6]
+    newest = client.get(f"/api/slots/{slot.pk}/messages/", {"ordering": "-seq", "page_size": 2})
+    assert [m["seq"] for m in newest.json()["results"]] == [7, 6]
+
+
+def test_raw_messages_flag_trimmed_ones(users: Users) -> None:
+    storage = squad_memory.get_storage()
+    uid = str(users.owner.pk)
+    for i, role in enumerate(["user", "assistant", "user", "assistant"]):
+        storage.save_chat_message_sync(uid, "s", "a", msg(role, f"t{i}"), max_history_size=2)
+    slot = Slot.objects.get(user_id=uid)
+    results = client_for(users.owner).get(f"/api/slots/{slot.pk}/messages/").json()["results"]
+    assert [m["trimmed"] for m in results] == [True, True, False, False]
+
+
+def test_buffer_is_fetch_chat(users: Users) -> None:
+    slot = fill(users.owner, 50)  # over the default trigger (20 pairs): activates on read
+    body = client_for(users.owner).get(f"/api/slots/{slot.pk}/buffer/").json()
+    expected = squad_memory.get_storage().fetch_chat_sync(str(users.owner.pk), "s1", "a1")
+    assert [m["content"][0]["text"] for m in body["messages"]] == texts(expected)
+    assert body["messages"][0]["content"][0]["text"].startswith("[Summary]")
+    limited = client_for(users.owner).get(f"/api/slots/{slot.pk}/buffer/", {"max_history_size": 2})
+    assert len(limited.json()["messages"]) == 2
+
+
+def test_session_history_is_fetch_all_chats(users: Users) -> None:
+    storage, uid = squad_memory.get_storage(), str(users.owner.pk)
+    storage.save_chat_message_sync(uid, "s1", "a1", msg("user", "hi"))
+    storage.save_chat_message_sync(uid, "s1", "a2", msg("assistant", "hello"))
+    body = client_for(users.owner).get("/api/sessions/s1/history/").json()
+    assert body["user_id"] == uid and body["session_id"] == "s1"
+    assert [m["content"][0]["text"] for m in body["messages"]] == ["hi", "[a2] hello"]
+    assert texts(storage.fetch_all_chats_sync(uid, "s1")) == ["hi", "[a2] hello"]
+
+
+def test_session_ids_with_slashes_and_unicode(users: Users) -> None:
+    storage, uid = squad_memory.get_storage(), str(users.owner.pk)
+    storage.save_chat_message_sync(uid, "team/ünï", "a1", msg("user", "hi"))
+    response = client_for(users.owner).get("/api/sessions/team%2F%C3%BCn%C3%AF/history/")
+    assert response.status_code == 200 and len(response.json()["messages"]) == 1
+
+
+def test_post_one_message_applies_the_role_rule(users: Users) -> None:
+    client = client_for(users.owner)
+    first = post(client, {"session_id": "s", "agent_id": "a", "message": one("user", "hi")})
+    assert first.status_code == 201
+    assert first.json()["skipped"] is False and first.json()["stored"][0]["seq"] == 1
+    again = post(client, {"session_id": "s", "agent_id": "a", "message": one("user", "again")})
+    assert again.status_code == 200 and again.json()["skipped"] is True and again.json()["stored"] == []
+    slot = Slot.objects.get(user_id=str(users.owner.pk), session_id="s")
+    assert list(slot.messages.values_list("seq", flat=True)) == [1]
+
+
+def test_post_batch_stores_as_given(users: Users) -> None:
+    body = {"session_id": "s", "agent_id": "a",
+            "messages": [one("user", "a"), one("user", "b"), one("assistant", "c")]}
+    response = post(client_for(users.owner), body)
+    assert response.status_code == 201
+    assert [m["seq"] for m in response.json()["stored"]] == [1, 2, 3]
+    assert response.json()["slot"]["message_count"] == 3
+    expected = squad_memory.get_storage().fetch_chat_sync(str(users.owner.pk), "s", "a")
+    assert texts(expected) == ["a", "b", "c"]
+
+
+def test_post_crossing_the_trigger_compresses_like_a_python_save(users: Users) -> None:
+    slot = fill(users.owner, 42)
+    client_for(users.owner).get(f"/api/slots/{slot.pk}/buffer/")  # activates the buffer
+    body = {"session_id": "s1", "agent_id": "a1",
+            "messages": [one("user", f"x{i}") for i in range(40)]}
+    response = post(client_for(users.owner), body)
+    assert response.status_code == 201
+    assert response.json()["slot"]["version"] == 2  # activation, then this save
+    assert Compression.objects.filter(slot=slot, trigger="save", outcome="applied").exists()
+
+
+def test_staff_post_for_another_user(users: Users) -> None:
+    body = {"user_id": str(users.owner.pk), "session_id": "s", "agent_id": "a",
+            "message": one("user", "hi")}
+    assert post(client_for(users.staff), body).status_code == 201
+    assert Slot.objects.get(session_id="s").user_id == str(users.owner.pk)
+
+
+def test_compress_now(users: Users) -> None:
+    slot = fill(users.owner, 6)
+    response = client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
+    assert response.status_code == 200 and response.json()["outcome"] == "applied"
+    assert response.json()["slot"]["state"] == "active" and response.json()["slot"]["version"] == 1
+    assert Compression.objects.get(slot=slot).trigger == "manual"
+
+
+def _failing(history: list[Any], keep_last: int) -> list[Any]:
+    raise RuntimeError("backend down")
+
+
+@pytest.mark.parametrize("on_error", ["record", "raise"])
+def test_compress_failure_is_502_and_logged(users: Users, on_error: str) -> None:
+    slot = fill(users.owner, 6)
+    with override_settings(SQUAD_MEMORY={"SUMMARIZER": _failing, "ON_ERROR": on_error}):
+        response = client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
+    assert response.status_code == 502 and "backend down" in response.json()["detail"]
+    assert Compression.objects.get(slot=slot).outcome == "failed"
+
+
+def test_post_with_failing_summarizer_in_raise_mode_keeps_the_message(users: Users) -> None:
+    slot = fill(users.owner, 41)
+    client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
+    body = {"session_id": "s1", "agent_id": "a1",
+            "messages": [one("user", f"x{i}") for i in range(42)]}
+    with override_settings(SQUAD_MEMORY={"SUMMARIZER": _failing, "ON_ERROR": "raise"}):
+        response = post(client_for(users.owner), body)
+    assert response.status_code == 502 and "stored" in response.json()["detail"]
+    assert Message.objects.filter(slot=slot).count() == 83
+
+
+def test_reset_buffer(users: Users) -> None:
+    slot = fill(users.owner, 6)
+    client = client_for(users.owner)
+    client.post(f"/api/slots/{slot.pk}/compress/")
+    response = client.post(f"/api/slots/{slot.pk}/reset/")
+    assert response.status_code == 200 and response.json()["state"] == "inactive"
+    slot.refresh_from_db()
+    assert (slot.active, slot.summary, slot.covered_seq) == (False, [], 0)
+    buffer = client.get(f"/api/slots/{slot.pk}/buffer/").json()
+    assert [m["content"][0]["text"] for m in buffer["messages"]] == [f"m{i}" for i in range(6)]
+
+
+def test_session_authentication_with_csrf(users: Users) -> None:
+    from rest_framework.test import APIClient
+
+    client = APIClient(enforce_csrf_checks=True)
+    client.force_login(users.owner)  # a real session cookie, as after a login
+    assert client.get("/api/slots/").status_code == 200
+    body = {"session_id": "s", "agent_id": "a", "message": one("user", "hi")}
+    assert post(client, body).status_code == 403  # no CSRF token
+    client.get("/admin/login/")  # sets the CSRF cookie
+    token = client.cookies["csrftoken"].value
+    assert post(client, body, HTTP_X_CSRFTOKEN=token).status_code == 201
+
+
+def test_schema_and_docs_are_served(db: Any) -> None:
+    from django.test import Client
+
+    schema = Client().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    paths = schema.json()["paths"]
+    assert set(paths) == {
+        "/api/slots/", "/api/slots/{id}/", "/api/slots/{id}/messages/", "/api/slots/{id}/buffer/",
+        "/api/slots/{id}/compress/", "/api/slots/{id}/reset/", "/api/slots/messages/",
+        "/api/sessions/{session_id}/history/",
+    }
+    for operations in paths.values():
+        for operation in operations.values():
+            assert {"401", "403"} <= set(operation["responses"]), operation["operationId"]
+    assert Client().get("/api/docs/").status_code == 200

@@ -1,0 +1,88 @@
+"""The benchmark suite still runs: ``python -m bench --quick`` produces a figure for every system.
+
+Timings are not asserted (they depend on the machine); presence and shape are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import services
+from bench.config import QUICK, SYSTEMS
+from tests.conftest import require
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench")
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out / "results"), "--work", str(out / "work")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    results: dict[str, Any] = json.loads((out / "results" / "results.json").read_text())
+    results["_out"] = out / "results"
+    return results
+
+
+def _expected_systems() -> list[tuple[str, tuple[str, ...]]]:
+    pg = services.postgres()
+    broker = services.redis() or services.celery_app()
+    require(pg is None, f"the benchmark's PostgreSQL systems need it: {pg}")
+    require(broker is None, f"the benchmark's Celery mode needs a broker and the Celery app: {broker}")
+    return [(sid, takes) for sid, _, _, takes in SYSTEMS]
+
+
+def _is_figure(value: Any) -> bool:
+    return isinstance(value, float) and value >= 0
+
+
+def test_every_system_has_a_figure_per_workload(quick_run: dict[str, Any]) -> None:
+    expected = _expected_systems()
+    for sid, takes in expected:
+        got = quick_run["systems"][sid]
+        for n in QUICK["sizes"]:
+            assert _is_figure(got["W1"][str(n)]["turn"]["median"]), (sid, n)
+            assert got["W1"][str(n)]["turn"]["n"] >= 1, (sid, n)
+            assert _is_figure(got["W2"][str(n)]["median"]), (sid, n)
+        if "W3" in takes:
+            assert len(got["W3"]["series_ms"]) == QUICK["latency_turns"], sid
+            assert _is_figure(got["W3"]["turn"]["p99"]), sid
+
+
+def test_query_counts_throughput_and_memory_are_reported(quick_run: dict[str, Any]) -> None:
+    _expected_systems()
+    for database in ("sqlite", "postgresql"):
+        counts = quick_run["W4"][database]
+        assert set(counts) == {str(n) for n in QUICK["query_sizes"]}
+        assert all(isinstance(c, int) and c >= 1 for per in counts.values() for c in per.values())
+        assert _is_figure(quick_run["sync"][database]["wrapper_save"]["median"])
+    for target in QUICK["throughput_targets"]:
+        per = quick_run["W5"][target]
+        assert set(per) == {str(w) for w in QUICK["writers"]}
+        assert all(_is_figure(v) and v > 0 for v in per.values()), target
+    memory = quick_run["W6"]
+    assert memory["squad_memory"]["slots"] == memory["agent_squad"]["slots"] == QUICK["slots"]
+    assert memory["agent_squad"]["buffers"] == QUICK["slots"]
+
+
+def test_results_readme_and_plots_are_written(quick_run: dict[str, Any]) -> None:
+    out: Path = quick_run["_out"]
+    readme = (out / "README.md").read_text()
+    for heading in ("## Machine", "## W1", "## W2", "## W3", "## W4", "## W5", "## W6", "## Targets"):
+        assert heading in readme
+    assert "python -m bench --quick" in readme
+    for plot in ("w1_turn.png", "w3_latency.png", "w5_throughput.png"):
+        assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot

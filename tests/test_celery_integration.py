@@ -1,0 +1,255 @@
+"""Celery mode end to end: real ``celery worker`` processes, Redis, PostgreSQL.
+
+Writers and workers are separate processes on the test database (hence
+``transaction=True``). Summarizers come from ``tests.celery_summarizers``.
+Skipped with a reason without PostgreSQL or Redis; failed under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from squad_memory import buffer
+from squad_memory.models import Compression, Message, Slot
+from tests.celery_writer import SLOT
+from tests.conftest import require
+
+pytestmark = [pytest.mark.services, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+BROKER = "redis://127.0.0.1:6379/1"
+OWN_REDIS_PORT = 6390
+ROOT = Path(settings.BASE_DIR)
+
+
+def _redis_ok(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    auth = quote(db["USER"] or "") + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
+    host = f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    return f"postgres://{auth}@{host}/{quote(db['NAME'])}"
+
+
+class Processes:
+    """Starts workers and writers on the test database; kills what is left at teardown."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.started = tmp, []
+        self.markers = tmp / "markers"
+        self.markers.mkdir()
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": _database_url(),
+            "CELERY_BROKER_URL": BROKER,
+            "SQUAD_MEMORY_MODE": "celery",
+            "SQUAD_MEMORY_SUMMARIZER": "tests.celery_summarizers.slow",
+            "SQUAD_MEMORY_KEEP_LAST": "1",
+            "SM_MARKER_DIR": str(self.markers),
+            "PYTHONPATH": str(ROOT),
+        }
+
+    def worker(self, name: str, pool: str = "solo", **env: str) -> subprocess.Popen[bytes]:
+        log = self.tmp / f"{name}.log"
+        args = [sys.executable, "-m", "celery", "-A", "project", "worker", f"--pool={pool}",
+                "--concurrency=2", "--loglevel=INFO", "-n", f"{name}@%h", "--without-gossip",
+                "--without-mingle", "--without-heartbeat"]
+        proc = self._start(args, log, env)
+        deadline = time.monotonic() + 30
+        while "ready." not in log.read_text():
+            assert proc.poll() is None, f"the worker exited:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"the worker did not start:\n{log.read_text()}"
+            time.sleep(0.1)
+        return proc
+
+    def writer(self, writer: str, pairs: int, **env: str) -> subprocess.Popen[bytes]:
+        args = [sys.executable, "-m", "tests.celery_writer", writer, str(pairs)]
+        return self._start(args, self.tmp / f"writer-{writer}.log", env, stdout=subprocess.PIPE)
+
+    def command(self, *args: str, **env: str) -> str:
+        proc = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, capture_output=True,
+                              env={**self.env, **env}, timeout=60, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    def _start(self, args: list[str], log: Path, env: dict[str, str],
+               stdout: Any = None) -> subprocess.Popen[bytes]:
+        handle = log.open("wb")
+        proc = subprocess.Popen(args, cwd=ROOT, env={**self.env, **env}, start_new_session=True,
+                                stdout=stdout or handle, stderr=handle)
+        self.started.append(proc)
+        return proc
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Processes]:
+    require(_redis_ok(BROKER), f"needs Redis at {BROKER} as the Celery broker")
+    import redis
+
+    redis.Redis.from_url(BROKER).flushdb()
+    processes = Processes(tmp_path)
+    try:
+        yield processes
+    finally:
+        processes.kill_all()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def the_slot() -> Slot:
+    return Slot.objects.for_key(*SLOT).get()
+
+
+def drained(trigger_at: int) -> bool:
+    s = Slot.objects.for_key(*SLOT).first()
+    return s is not None and not s.pending_token and s.buffer_length <= 2 * trigger_at
+
+
+def applied() -> list[Compression]:
+    return list(Compression.objects.filter(outcome="applied").order_by("started_at", "id"))
+
+
+def raw_texts() -> list[str]:
+    return [m.content[0]["text"] for m in Message.objects.filter(slot=the_slot()).order_by("seq")]
+
+
+def assert_buffer_is_summary_then_tail() -> None:
+    s, last = the_slot(), applied()[-1]
+    assert (s.summary, s.covered_seq) == (last.output, last.to_seq)
+    tail = Message.objects.filter(slot=s, seq__gt=s.covered_seq).order_by("seq")
+    expected = [(m["role"], m["content"]) for m in s.summary] + [(m.role, m.content) for m in tail]
+    assert [(r["role"], r["content"]) for r in buffer.read(s)] == expected
+    # Every message the summaries cover is named in the latest one: nothing fell out.
+    named = set(re.findall(r"w\d+-\d+-[ua]", json.dumps(s.summary)))
+    assert set(raw_texts()[: s.covered_seq]) <= named
+
+
+def test_concurrent_writers_one_worker_compressing(procs: Processes) -> None:
+    trigger_at, writers, pairs = 10, 4, 60
+    procs.worker("busy", pool="prefork", SM_SUMMARIZER_SLEEP="0.5")
+    env = {"SM_TRIGGER_AT": str(trigger_at), "SM_PAUSE": "0.01"}
+    running = [procs.writer(str(w), pairs, **env) for w in range(writers)]
+    for proc in running:
+        out, _ = proc.communicate(timeout=90)
+        assert proc.returncode == 0
+    wait_for(lambda: drained(trigger_at), 30, "the compressions to catch up")
+
+    texts = raw_texts()
+    assert len(texts) == len(set(texts)) == writers * pairs * 2 == the_slot().last_seq
+    for w in range(writers):
+        mine = [t for t in texts if t.startswith(f"w{w}-")]
+        assert mine == [f"w{w}-{n}-{r}" for n in range(pairs) for r in "ua"]
+    done = applied()
+    assert len(done) >= 3
+    for before, after in zip(done, done[1:], strict=False):
+        assert after.started_at >= before.finished_at, "two compressions overlapped"
+        assert after.from_seq == before.to_seq + 1 and after.input[: len(before.output)] == before.output
+    assert_buffer_is_summary_then_tail()
+
+
+def test_killed_worker_redelivers_and_compresses_once(procs: Processes) -> None:
+    env = {"SM_SUMMARIZER_SLEEP": "3", "CELERY_VISIBILITY_TIMEOUT": "3"}
+    first = procs.worker("first", **env)
+    writer = procs.writer("0", 6, SM_TRIGGER_AT="2")
+    assert writer.wait(30) == 0
+    wait_for(lambda: any(procs.markers.iterdir()), 15, "the summarizer to start")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+    token = the_slot().pending_token
+    assert token and Compression.objects.count() == 0
+
+    time.sleep(3.5)  # past the visibility timeout: the new worker takes the task back
+    procs.worker("second", **env)
+    wait_for(lambda: bool(applied()), 30, "the redelivered compression")
+    time.sleep(0.5)
+    (row,) = Compression.objects.all()
+    assert (row.outcome, row.from_seq, row.to_seq) == ("applied", 1, 12)
+    assert len(list(procs.markers.iterdir())) == 2  # the killed call, and the redelivered one
+    assert raw_texts() == [f"w0-{n}-{r}" for n in range(6) for r in "ua"]
+    assert the_slot().pending_token == ""
+    assert_buffer_is_summary_then_tail()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
+    """Start (and restart) a throwaway redis-server of this test on its own port."""
+    require(subprocess.run(["which", "redis-server"], capture_output=True).returncode == 0,
+            "needs the redis-server executable to stop and restart a broker")
+    url = f"redis://127.0.0.1:{OWN_REDIS_PORT}/0"
+    require(not _redis_ok(url), f"port {OWN_REDIS_PORT} is taken; the test needs its own Redis")
+    servers: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        server = subprocess.Popen(
+            ["redis-server", "--port", str(OWN_REDIS_PORT), "--save", "", "--appendonly", "no",
+             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, start_new_session=True)
+        servers.append(server)
+        wait_for(lambda: _redis_ok(url), 10, "redis-server to start")
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            if server.poll() is None:
+                server.kill()
+                server.wait(10)
+
+
+def test_broker_down_saves_succeed_and_the_sweep_catches_up(
+    procs: Processes, own_redis: Callable[[], subprocess.Popen[bytes]]
+) -> None:
+    broker = f"redis://127.0.0.1:{OWN_REDIS_PORT}/0"
+    env = {"CELERY_BROKER_URL": broker, "SM_TRIGGER_AT": "2", "SQUAD_MEMORY_TRIGGER_AT": "2"}
+    server = own_redis()
+    procs.worker("survivor", SM_SUMMARIZER_SLEEP="0.2", **env)
+    server.terminate()
+    server.wait(10)
+
+    writer = procs.writer("0", 6, **env)
+    out, _ = writer.communicate(timeout=60)
+    assert writer.returncode == 0
+    timings = json.loads(out)
+    assert timings["max_save"] < 1.0 and timings["max_fetch"] < 1.0
+    s = the_slot()
+    assert s.active and s.pending_token == "" and s.buffer_length == 12
+    assert Compression.objects.count() == 0
+    assert "Could not enqueue the compression" in (procs.tmp / "writer-0.log").read_text()
+
+    own_redis()
+    assert "1 slot(s) over the threshold" in procs.command("squad_memory_sweep", **env)
+    wait_for(lambda: drained(2), 40, "the worker to reconnect and compress")
+    assert raw_texts() == [f"w0-{n}-{r}" for n in range(6) for r in "ua"]
+    assert len(applied()) == 1
+    assert_buffer_is_summary_then_tail()

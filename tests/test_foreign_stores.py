@@ -1,0 +1,114 @@
+"""SummarizingChatStorage over agent-squad's own stores: InMemoryChatStorage,
+SqlChatStorage on a local libsql file, and DynamoDbChatStorage on moto's DynamoDB."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_squad.storage import ChatStorage, InMemoryChatStorage
+
+from squad_memory.models import Compression, Slot
+from squad_memory.storage import SummarizingChatStorage
+from tests import summarizers
+from tests.conftest import msg, texts
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@asynccontextmanager
+async def in_memory(tmp_path: Path) -> AsyncIterator[ChatStorage]:
+    yield InMemoryChatStorage()
+
+
+@asynccontextmanager
+async def libsql(tmp_path: Path) -> AsyncIterator[ChatStorage]:
+    from agent_squad.storage.sql_chat_storage import SqlChatStorage
+
+    store = SqlChatStorage(url=f"file:{tmp_path / 'chat.db'}")
+    await store.initialize()
+    try:
+        yield store
+    finally:
+        await store.client.close()
+
+
+@asynccontextmanager
+async def dynamodb(tmp_path: Path) -> AsyncIterator[ChatStorage]:
+    import boto3
+    from agent_squad.storage.dynamodb_chat_storage import DynamoDbChatStorage
+    from moto import mock_aws
+
+    with mock_aws():
+        boto3.client("dynamodb", region_name="us-east-1").create_table(
+            TableName="chats",
+            KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": "PK", "AttributeType": "S"},
+                {"AttributeName": "SK", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield DynamoDbChatStorage("chats", "us-east-1")
+
+
+STORES = {"in_memory": in_memory, "libsql": libsql, "dynamodb": dynamodb}
+
+
+@pytest.fixture(autouse=True)
+def _aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(name, "testing")
+
+
+async def turn(store: ChatStorage, i: int) -> None:
+    await store.save_chat_message("u", "s", "a", msg("user", f"q{i}"), 100)
+    await store.save_chat_message("u", "s", "a", msg("assistant", f"a{i}"), 100)
+
+
+def scenario(make: Callable[[Path], Any], tmp_path: Path) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with make(tmp_path) as inner:
+            store = SummarizingChatStorage(inner, summarizers.fold, 2, 1)
+            for i in range(3):
+                await turn(store, i)
+            seen["activated"] = texts(await store.fetch_chat("u", "s", "a"))
+            await store.save_chat_message("u", "s", "a", msg("assistant", "same role: refused"))
+            await turn(store, 3)
+            seen["after"] = texts(await store.fetch_chat("u", "s", "a"))
+            broken = SummarizingChatStorage(inner, summarizers.boom, 2, 1)
+            seen["fresh"] = texts(await broken.fetch_chat("u", "s", "a"))
+            await turn(broken, 4)  # the summarizer fails: raw messages still reach the store
+            seen["failed_buffer"] = texts(await store.fetch_chat("u", "s", "a"))
+            seen["raw"] = texts(await store.fetch_all_chats("u", "s"))
+        return seen
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_wrapper_over_agent_squad_stores(name: str, tmp_path: Path) -> None:
+    seen = scenario(STORES[name], tmp_path)
+    assert seen["activated"] == ["S(q0+a0+q1+a1)", "q2", "a2"]
+    assert seen["after"] == ["S(S(q0+a0+q1+a1)+q2+a2)", "q3", "a3"]
+    assert seen["fresh"] == seen["after"]  # a new wrapper instance: same buffer, no summarizer call
+    assert seen["failed_buffer"] == ["S(S(q0+a0+q1+a1)+q2+a2)", "q3", "a3", "q4", "a4"]
+    assert seen["raw"] == [t for i in range(5) for t in (f"q{i}", f"[a] a{i}")]
+    assert Compression.objects.filter(outcome="failed").count() == 1
+    slot = Slot.objects.get()
+    assert slot.namespace == {"in_memory": "InMemoryChatStorage", "libsql": "SqlChatStorage",
+                              "dynamodb": "DynamoDbChatStorage"}[name]
+
+
+def test_sync_methods_work_over_a_foreign_store() -> None:
+    store = SummarizingChatStorage(InMemoryChatStorage(), summarizers.fold, 2, 1)
+    for i in range(3):
+        store.save_chat_message_sync("u", "s", "a", msg("user", f"q{i}"))
+        store.save_chat_message_sync("u", "s", "a", msg("assistant", f"a{i}"))
+    assert texts(store.fetch_chat_sync("u", "s", "a")) == ["S(q0+a0+q1+a1)", "q2", "a2"]
+    assert len(store.fetch_all_chats_sync("u", "s")) == 6

@@ -1,0 +1,388 @@
+"""Celery mode without a worker process: the task body, dispatch after commit, the sweep.
+
+The task body runs through Celery's own ``Task.apply`` (and ``task_always_eager``
+where a test follows a claim from save to compression); publishing is tested
+against a real Redis broker and against a port where nothing listens.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from celery import Celery, current_app
+from django.core.management import call_command
+from django.utils import timezone
+
+from squad_memory import background, buffer
+from squad_memory.exceptions import SummarizerNotImportable
+from squad_memory.messages import to_messages
+from squad_memory.models import Compression, Slot
+from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
+from squad_memory.tasks import summarize_slot
+from squad_memory.tasks import sweep as sweep_task
+from tests import celery_summarizers as cs
+from tests.conftest import msg, require, texts
+
+FOLD = "tests.celery_summarizers.fold"
+REDIS_URL = "redis://127.0.0.1:6379/1"
+KEY = ("u1", "s1", "agent")
+
+
+@pytest.fixture(autouse=True)
+def _reset_summarizers() -> Iterator[None]:
+    cs.CALLS.clear(), cs.DURING.clear()
+    cs.FAILURES_LEFT[0] = 0
+    yield
+    cs.DURING.clear()
+
+
+@pytest.fixture
+def celery_settings(settings: Any) -> Any:
+    settings.SQUAD_MEMORY = {
+        "SUMMARIZER": FOLD,
+        "TRIGGER_AT": 2,
+        "KEEP_LAST": 1,
+        "MODE": "celery",
+        "CELERY_MAX_RETRIES": 2,
+        "CELERY_RETRY_BACKOFF": 0,
+    }
+    return settings
+
+
+@pytest.fixture
+def eager(celery_settings: Any) -> Iterator[Celery]:
+    """The project's Celery app running tasks in-process (``task_always_eager``)."""
+    app = current_app._get_current_object()
+    saved = {k: app.conf[k] for k in ("task_always_eager", "task_eager_propagates")}
+    app.conf.update(task_always_eager=True, task_eager_propagates=False)
+    yield app
+    app.conf.update(saved)
+
+
+def _use_broker(url: str) -> Iterator[Celery]:
+    previous = current_app._get_current_object()
+    app = Celery("squad-memory-tests", broker=url, set_as_current=False)
+    app.conf.update(broker_connection_timeout=2, task_ignore_result=True)
+    app.set_current()
+    try:
+        yield app
+    finally:
+        previous.set_current()
+        app.close()
+
+
+@pytest.fixture
+def broker_down(celery_settings: Any) -> Iterator[Celery]:
+    """A Celery app whose broker is a local port where nothing listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    yield from _use_broker(f"redis://127.0.0.1:{port}/0")
+
+
+@pytest.fixture
+def redis_queue(celery_settings: Any) -> Iterator[Any]:
+    """A real Redis broker (database 1) and a queue of our own; yields the Redis client."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        require(False, f"needs Redis at {REDIS_URL} as the Celery broker ({exc})")
+    queue = "squad-memory-unit-tests"
+    celery_settings.SQUAD_MEMORY = {**celery_settings.SQUAD_MEMORY, "CELERY_QUEUE": queue}
+    client.delete(queue)
+    client.queue_name = queue
+    for _ in _use_broker(REDIS_URL):
+        yield client
+    client.delete(queue)
+
+
+def queued_args(client: Any) -> list[list[Any]]:
+    """Arguments of the summarize_slot tasks waiting in the test queue, oldest first."""
+    found = []
+    for raw in reversed(client.lrange(client.queue_name, 0, -1)):
+        message = json.loads(raw)
+        assert message["headers"]["task"] == "squad_memory.tasks.summarize_slot"
+        found.append(json.loads(base64.b64decode(message["body"]))[0])
+    return found
+
+
+def celery_store(summarizer: str = FOLD) -> SummarizingChatStorage:
+    return SummarizingChatStorage(
+        DjangoChatStorage(), summarizer, trigger_at=2, keep_last=1, mode="celery"
+    )
+
+
+def save_pairs(start: int, stop: int, store: Any = None) -> None:
+    store = store or DjangoChatStorage()
+    for i in range(start, stop):
+        store.save_chat_messages_sync(*KEY, [msg("user", f"u{i}"), msg("assistant", f"a{i}")])
+
+
+def pair_texts(start: int, stop: int) -> list[str]:
+    return [t for i in range(start, stop) for t in (f"u{i}", f"a{i}")]
+
+
+def slot() -> Slot:
+    return Slot.objects.for_key(*KEY).get()
+
+
+def claimed_slot(pairs: int) -> tuple[Slot, str]:
+    """An active slot holding ``pairs`` pairs, with a compression claimed."""
+    save_pairs(0, pairs)
+    s, token = buffer.activate(slot().pk, None, 600)
+    assert token
+    return s, token
+
+
+def buffer_texts() -> list[str]:
+    return texts(to_messages(buffer.read(slot())))
+
+
+def applied() -> list[Compression]:
+    return list(Compression.objects.filter(outcome="applied").order_by("started_at", "id"))
+
+
+# -- the task body -----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_task_applies_its_claim_and_releases_it(celery_settings: Any) -> None:
+    s, token = claimed_slot(4)
+    result = summarize_slot.apply(args=(s.pk, token, FOLD, 1, 2)).get()
+    assert result == "applied"
+    s = slot()
+    assert (s.covered_seq, s.version, s.pending_token, s.pending_since) == (8, 1, "", None)
+    assert buffer_texts() == ["S(u0+a0+u1+a1+u2+a2)", "u3", "a3"]
+    (row,) = Compression.objects.all()
+    assert (row.trigger, row.attempt, row.from_seq, row.to_seq) == ("celery", 1, 1, 8)
+
+
+@pytest.mark.django_db
+def test_task_with_a_replaced_token_changes_nothing(celery_settings: Any) -> None:
+    s, token = claimed_slot(4)
+    assert summarize_slot.apply(args=(s.pk, "not-" + token, FOLD, 1, 2)).get() == "skipped"
+    assert cs.CALLS == [] and Compression.objects.count() == 0
+    assert slot().pending_token == token and slot().version == 0
+
+
+@pytest.mark.django_db
+def test_duplicate_delivery_compresses_once(celery_settings: Any) -> None:
+    s, token = claimed_slot(4)
+    results = [summarize_slot.apply(args=(s.pk, token, FOLD, 1, 2)).get() for _ in range(2)]
+    assert results == ["applied", "skipped"]
+    assert len(applied()) == 1 and slot().version == 1
+
+
+@pytest.mark.django_db
+def test_messages_saved_during_the_summary_stay_after_it(celery_settings: Any) -> None:
+    s, token = claimed_slot(3)
+    cs.DURING.append(lambda: save_pairs(3, 4))
+    assert summarize_slot.apply(args=(s.pk, token, FOLD, 1, None)).get() == "applied"
+    assert buffer_texts() == ["S(u0+a0+u1+a1)", "u2", "a2", "u3", "a3"]
+    assert slot().covered_seq == 6 and slot().last_seq == 8
+
+
+@pytest.mark.django_db
+def test_output_is_dropped_when_the_buffer_head_moved(celery_settings: Any) -> None:
+    """A worker so slow that its claim expired: the newer claim's compression wins."""
+    s, token = claimed_slot(3)
+
+    def newer_claim_wins() -> None:
+        Slot.objects.filter(pk=s.pk).update(pending_since=timezone.now() - timedelta(hours=1))
+        save_pairs(3, 4)
+        newer = background.claim(s.pk, 1, 2)
+        assert newer is not None
+        cs.DURING.append(lambda: None)  # the nested call must not recurse into this hook
+        assert background.run_claim(s.pk, newer.token, FOLD, 1).applied
+
+    cs.DURING.append(newer_claim_wins)
+    assert summarize_slot.apply(args=(s.pk, token, FOLD, 1, None)).get() == "stale"
+    outcomes = list(Compression.objects.order_by("id").values_list("outcome", "to_seq"))
+    assert outcomes == [("applied", 8), ("stale", 6)]
+    assert buffer_texts() == ["S(u0+a0+u1+a1+u2+a2)", "u3", "a3"]
+
+
+@pytest.mark.django_db
+def test_flaky_summarizer_is_retried_and_every_attempt_logged(eager: Celery) -> None:
+    s, token = claimed_slot(4)
+    cs.FAILURES_LEFT[0] = 2
+    summarize_slot.apply_async(args=(s.pk, token, "tests.celery_summarizers.flaky", 1, 2))
+    rows = list(Compression.objects.order_by("id").values_list("attempt", "outcome"))
+    assert rows == [(1, "failed"), (2, "failed"), (3, "applied")]
+    assert slot().state == "active" and not slot().last_failed
+
+
+@pytest.mark.django_db
+def test_after_the_last_retry_the_slot_shows_failed(eager: Celery) -> None:
+    s, token = claimed_slot(4)
+    summarize_slot.apply_async(args=(s.pk, token, "tests.celery_summarizers.always_fails", 1, 2))
+    rows = list(Compression.objects.order_by("id").values_list("attempt", "outcome"))
+    assert rows == [(1, "failed"), (2, "failed"), (3, "failed")]
+    s = slot()
+    assert (s.state, s.pending_token, s.covered_seq, s.summary) == ("failed", "", 0, [])
+    assert buffer_texts() == pair_texts(0, 4)
+
+
+@pytest.mark.django_db
+def test_unimportable_summarizer_fails_each_attempt_with_the_reason(eager: Celery) -> None:
+    s, token = claimed_slot(4)
+    summarize_slot.apply_async(args=(s.pk, token, "tests.celery_summarizers.missing", 1, 2))
+    errors = list(Compression.objects.values_list("outcome", "error"))
+    assert len(errors) == 3 and all(o == "failed" and "missing" in e for o, e in errors)
+    assert slot().state == "failed"
+
+
+def test_backoff_is_exponential_and_capped(settings: Any) -> None:
+    settings.SQUAD_MEMORY = {"CELERY_RETRY_BACKOFF": 2, "CELERY_RETRY_BACKOFF_MAX": 60}
+    assert [background.backoff(n) for n in range(1, 8)] == [2, 4, 8, 16, 32, 60, 60]
+
+
+@pytest.mark.django_db
+def test_worker_claims_again_when_saves_kept_the_buffer_over(
+    eager: Celery, django_capture_on_commit_callbacks: Any
+) -> None:
+    s, token = claimed_slot(3)
+    cs.DURING.append(lambda: save_pairs(3, 7))
+    with django_capture_on_commit_callbacks(execute=True):
+        summarize_slot.apply_async(args=(s.pk, token, FOLD, 1, 2))
+    assert [(c.from_seq, c.to_seq) for c in applied()] == [(1, 6), (7, 14)]
+    assert slot().buffer_length <= 4 and slot().pending_token == ""
+
+
+# -- dispatch from the storage -----------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_storage_refuses_a_lambda_in_celery_mode() -> None:
+    with pytest.raises(SummarizerNotImportable, match="module level"):
+        SummarizingChatStorage(DjangoChatStorage(), lambda h, k: h, mode="celery")
+
+
+@pytest.mark.django_db
+def test_save_and_fetch_only_enqueue_in_celery_mode(
+    redis_queue: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    store = celery_store("tests.celery_summarizers.forbidden")
+    save_pairs(0, 3)  # inactive slot, 6 messages: the first fetch activates it
+    with django_capture_on_commit_callbacks(execute=True):
+        assert texts(store.fetch_chat_sync(*KEY)) == pair_texts(0, 3)
+    token = slot().pending_token
+    assert slot().active and token
+    with django_capture_on_commit_callbacks(execute=True):
+        save_pairs(3, 5, store)  # over the threshold again, but one is pending
+        assert texts(store.fetch_chat_sync(*KEY)) == pair_texts(0, 5)
+    forbidden = "tests.celery_summarizers.forbidden"
+    assert queued_args(redis_queue) == [[slot().pk, token, forbidden, 1, 2]]
+    assert cs.CALLS == [] and Compression.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_queued_task_runs_the_compression(
+    redis_queue: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    store = celery_store()
+    with django_capture_on_commit_callbacks(execute=True):
+        save_pairs(0, 3, store)
+        store.fetch_chat_sync(*KEY)
+    (args,) = queued_args(redis_queue)
+    assert cs.CALLS == []
+    assert summarize_slot.apply(args=args).get() == "applied"
+    assert texts(store.fetch_chat_sync(*KEY)) == ["S(u0+a0+u1+a1)", "u2", "a2"]
+
+
+@pytest.mark.django_db
+def test_publish_waits_for_the_commit(
+    eager: Celery, django_capture_on_commit_callbacks: Any
+) -> None:
+    store = celery_store()
+    save_pairs(0, 3, store)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        store.fetch_chat_sync(*KEY)
+    assert len(callbacks) == 1 and Compression.objects.count() == 0
+    callbacks[0]()
+    assert len(applied()) == 1
+
+
+@pytest.mark.django_db
+def test_broker_down_the_save_succeeds_fast_and_the_claim_is_released(
+    broker_down: Celery, django_capture_on_commit_callbacks: Any, caplog: Any
+) -> None:
+    store = celery_store("tests.celery_summarizers.forbidden")
+    with django_capture_on_commit_callbacks(execute=True):
+        save_pairs(0, 3, store)
+        store.fetch_chat_sync(*KEY)  # activation: its claim cannot be published
+    assert slot().active and slot().pending_token == ""
+    started = time.monotonic()
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        save_pairs(3, 4, store)  # crosses the threshold: claims, then fails to publish
+    elapsed = time.monotonic() - started
+    assert len(callbacks) == 1 and elapsed < 1.5
+    s = slot()
+    assert s.active and (s.state, s.pending_token, s.buffer_length) == ("active", "", 8)
+    assert texts(store.fetch_chat_sync(*KEY)) == pair_texts(0, 4)
+    assert cs.CALLS == [] and Compression.objects.count() == 0
+    assert caplog.text.count("Could not enqueue the compression") == 2
+
+
+# -- the sweep -----------------------------------------------------------------------------
+
+
+def _over_threshold_slot(agent: str, pairs: int = 4, **fields: Any) -> Slot:
+    store = DjangoChatStorage()
+    for i in range(pairs):
+        store.save_chat_messages_sync("u1", "s1", agent, [msg("user", f"u{i}"), msg("assistant", "x")])
+    s = Slot.objects.get(agent_id=agent)
+    Slot.objects.filter(pk=s.pk).update(active=True, **fields)
+    return s
+
+
+@pytest.mark.django_db
+def test_sweep_enqueues_free_and_abandoned_slots_only(
+    eager: Celery, django_capture_on_commit_callbacks: Any
+) -> None:
+    now = timezone.now()
+    free = _over_threshold_slot("free")
+    abandoned = _over_threshold_slot("old", pending_since=now - timedelta(hours=1), pending_token="t0")
+    busy = _over_threshold_slot("busy", pending_since=now, pending_token="t1")
+    short = _over_threshold_slot("short", pairs=2)
+    inactive = _over_threshold_slot("inactive")
+    Slot.objects.filter(pk=inactive.pk).update(active=False)
+    with django_capture_on_commit_callbacks(execute=True):
+        report = background.sweep()
+    assert report.as_dict() == {"enqueued": 2, "activated": 0}
+    done = set(Compression.objects.filter(outcome="applied").values_list("slot_id", flat=True))
+    assert done == {free.pk, abandoned.pk}
+    assert Slot.objects.get(pk=busy.pk).pending_token == "t1"
+    assert not Compression.objects.filter(slot_id__in=[short.pk, inactive.pk]).exists()
+
+
+@pytest.mark.django_db
+def test_sweep_can_activate_inactive_slots(
+    eager: Celery, django_capture_on_commit_callbacks: Any
+) -> None:
+    save_pairs(0, 4)
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("squad_memory_sweep")
+        assert not slot().active
+        call_command("squad_memory_sweep", "--activate")
+    assert slot().active and len(applied()) == 1
+    assert buffer_texts() == ["S(u0+a0+u1+a1+u2+a2)", "u3", "a3"]
+
+
+@pytest.mark.django_db
+def test_sweep_in_inline_mode_compresses_right_away(celery_settings: Any) -> None:
+    celery_settings.SQUAD_MEMORY = {**celery_settings.SQUAD_MEMORY, "MODE": "inline"}
+    _over_threshold_slot("a")
+    assert sweep_task.apply().get() == {"enqueued": 1, "activated": 0}
+    (row,) = Compression.objects.all()
+    assert (row.outcome, row.trigger) == ("applied", "sweep")
