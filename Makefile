@@ -1,0 +1,45 @@
+# squad_memory: `make demo` runs the demo, `make test` runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTHON312 ?= $(shell command -v python3.12 || ls /root/.pyenv/versions/3.12*/bin/python3 2>/dev/null | head -1)
+
+.PHONY: install demo test test-sqlite test-postgres test-django6 bench bench-quick lint clean
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+## The demo: SQLite, inline summarization, offline summarizer; serves on 127.0.0.1:8000.
+demo: install
+	$(BIN)/python manage.py demo
+
+## Every test pass CI runs (SQLite, PostgreSQL, Django 6.1 on Python 3.12).
+test: install
+	VENV=$(VENV) PYTHON312="$(PYTHON312)" bash scripts/run-tests.sh
+
+test-sqlite: install
+	VENV=$(VENV) bash scripts/run-tests.sh sqlite
+
+test-postgres: install
+	VENV=$(VENV) bash scripts/run-tests.sh postgres
+
+test-django6:
+	VENV=$(VENV) PYTHON312="$(PYTHON312)" bash scripts/run-tests.sh django6
+
+bench: install
+	$(BIN)/python -m bench
+
+bench-quick: install
+	$(BIN)/python -m bench --quick
+
+lint: install
+	$(BIN)/ruff check squad_memory
+	$(BIN)/mypy squad_memory
+
+clean:
+	rm -rf $(VENV) .venv-django6 var test-artifacts .pytest_cache

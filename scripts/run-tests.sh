@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs the test passes: SQLite (Django 5.2), PostgreSQL (Django 5.2), and Django 6.1 on
+# Python 3.12 (SQLite and PostgreSQL). With no argument, all of them.
+# Where PostgreSQL or Python 3.12 is missing, that pass is skipped with a reason,
+# except under CI=true, where every pass must run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PG_URL=${TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/squad_memory}
+PASSES=${1:-all}
+CI=${CI:-}
+failed=0
+
+in_ci() { [[ "${CI,,}" == "true" || "$CI" == "1" ]]; }
+
+missing() {  # missing WHAT: skip the pass, or fail under CI
+  if in_ci; then echo "FAILED: CI=true but $1" >&2; failed=1; else echo "SKIPPED: $1" >&2; fi
+}
+
+pg_up() { "$1/bin/python" -c "import psycopg,sys; psycopg.connect('${PG_URL%/*}/postgres', connect_timeout=3).close()" 2>/dev/null; }
+
+run() {  # run LABEL VENV [env...] -- pytest args
+  local label=$1 venv=$2; shift 2
+  echo "=== $label ==="
+  env "$@" || failed=1
+}
+
+want() { [[ "$PASSES" == all || "$PASSES" == "$1" ]]; }
+
+if want sqlite; then
+  run "SQLite, Django $($VENV/bin/python -c 'import django;print(django.get_version())')" "$VENV" \
+    "$VENV/bin/pytest" -m "not postgres" -q -p no:cacheprovider
+fi
+
+if want postgres; then
+  if pg_up "$VENV"; then
+    run "PostgreSQL, Django 5.2" "$VENV" DATABASE_URL="$PG_URL" "$VENV/bin/pytest" -q -p no:cacheprovider
+  else
+    missing "PostgreSQL is not reachable at ${PG_URL%/*}: the PostgreSQL pass did not run (set TEST_POSTGRES_URL)"
+  fi
+fi
+
+if want django6; then
+  PY312=${PYTHON312:-$(command -v python3.12 || true)}
+  if [[ -z "$PY312" ]]; then
+    missing "Python 3.12 was not found (set PYTHON312): the Django 6.1 pass did not run"
+  else
+    V6=.venv-django6
+    if [[ ! -f $V6/.installed || requirements.txt -nt $V6/.installed ]]; then
+      "$PY312" -m venv $V6 && $V6/bin/pip install -q --upgrade pip \
+        && $V6/bin/pip install -q -r requirements.txt "Django>=6.1,<6.2" && touch $V6/.installed \
+        || { echo "FAILED: could not install the Django 6.1 environment" >&2; failed=1; }
+    fi
+    if [[ -f $V6/.installed ]]; then
+      DJ6_PG_URL="${PG_URL}_dj6"
+      run "SQLite, Django $($V6/bin/python -c 'import django;print(django.get_version())')" "$V6" \
+        "$V6/bin/pytest" -m "not postgres and not services" -q -p no:cacheprovider
+      if pg_up "$V6"; then
+        run "PostgreSQL, Django 6.1" "$V6" DATABASE_URL="$DJ6_PG_URL" \
+          "$V6/bin/pytest" -m "not services" -q -p no:cacheprovider
+      else
+        missing "PostgreSQL is not reachable: the Django 6.1 PostgreSQL pass did not run"
+      fi
+    fi
+  fi
+fi
+
+exit $failed
