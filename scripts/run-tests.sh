@@ -41,6 +41,16 @@ if want postgres; then
   fi
 fi
 
+if want mariadb; then  # optional: the core storage on MariaDB/MySQL, where one answers
+  MYSQL_URL=${TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/squad_memory}
+  if "$VENV/bin/python" -c "import pymysql; pymysql.connect(host='127.0.0.1', user='root', connect_timeout=3).close()" 2>/dev/null; then
+    run "MariaDB/MySQL, core storage" "$VENV" DATABASE_URL="$MYSQL_URL" "$VENV/bin/pytest" -q -p no:cacheprovider \
+      tests/test_storage.py tests/test_summarizing.py tests/test_foreign_stores.py
+  else
+    echo "SKIPPED: MariaDB/MySQL is not reachable on 127.0.0.1:3306: the MariaDB pass did not run" >&2
+  fi
+fi
+
 if want django6; then
   PY312=${PYTHON312:-$(command -v python3.12 || true)}
   if [[ -z "$PY312" ]]; then
