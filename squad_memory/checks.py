@@ -22,6 +22,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors += _check_sizes()
     errors += _check_choices()
     errors += _check_limits()
+    errors += _check_llm()
     return errors
 
 
@@ -124,3 +125,42 @@ def _check_limits() -> list[CheckMessage]:
             id="squad_memory.E010",
         ))
     return errors
+
+
+_LLM_PATH = "squad_memory.summarizers.llm.summarize"
+
+
+def _check_llm() -> list[CheckMessage]:
+    """SQUAD_MEMORY['LLM'] (E020-E024), checked fully when the LLM summarizer is configured."""
+    conf = app_settings.get("LLM")
+    if not isinstance(conf, dict):
+        return [Error(f"{SETTING_NAME}['LLM'] must be a dict.", id="squad_memory.E020")]
+    size = app_settings.get("MAX_SUMMARY_CHARS")
+    errors: list[CheckMessage] = []
+    if not _is_int(size, 100):
+        errors.append(Error(f"{SETTING_NAME}['MAX_SUMMARY_CHARS'] must be an integer >= 100, "
+                            f"got {size!r}.", id="squad_memory.E021"))
+    if app_settings.get("SUMMARIZER") != _LLM_PATH:
+        return errors
+    merged = {**DEFAULTS["LLM"], **conf}
+    backend = merged["BACKEND"]
+    if backend not in ("openai", "anthropic", "agent"):
+        errors.append(Error(f"{SETTING_NAME}['LLM']['BACKEND'] must be openai, anthropic or "
+                            f"agent; got {backend!r}.", id="squad_memory.E022"))
+    elif backend != "agent" and not merged["MODEL"]:
+        errors.append(Error(f"{SETTING_NAME}['LLM']['MODEL'] is required by the {backend} backend.",
+                            hint="e.g. 'gpt-4o-mini', or the model name your server serves.",
+                            id="squad_memory.E023"))
+    elif backend != "agent" and not _installed(backend):
+        errors.append(Error(
+            f"{SETTING_NAME}['LLM']['BACKEND'] is {backend!r} but that package is not installed.",
+            hint=f"pip install 'squad-memory[{backend}]'",
+            id="squad_memory.E024",
+        ))
+    return errors
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

@@ -41,6 +41,28 @@ DEFAULTS: dict[str, Any] = {
     "MAX_MESSAGE_BYTES": 64 * 1024,
     "MAX_BATCH_SIZE": 100,
     "MAX_ID_LENGTH": 255,
+    # Shipped summarizers: the summary message's maximum length in characters (offline and LLM).
+    "MAX_SUMMARY_CHARS": 4000,
+    # The LLMSummarizer built from settings ("squad_memory.summarizers.llm.summarize").
+    # Keys given in settings are merged over these.
+    "LLM": {
+        # "openai" (any OpenAI-compatible chat-completions endpoint) or "anthropic".
+        "BACKEND": "openai",
+        # None: the SDK's default endpoint (or OPENAI_BASE_URL / ANTHROPIC_BASE_URL).
+        "BASE_URL": None,
+        # None: the SDK reads OPENAI_API_KEY / ANTHROPIC_API_KEY.
+        "API_KEY": None,
+        # Required: the model name, e.g. "gpt-4o-mini", "llama3.1" (Ollama), a Claude model.
+        "MODEL": None,
+        # Seconds per request; a timeout raises SummarizerTimeout and is retried later.
+        "TIMEOUT": 30.0,
+        # Retries done by the SDK itself within one compression.
+        "MAX_RETRIES": 2,
+        "MAX_TOKENS": 1024,
+        "TEMPERATURE": 0.2,
+        # None: the built-in prompt; else a template with {previous}, {messages}, {max_chars}.
+        "PROMPT": None,
+    },
 }
 
 _MODES = ("inline", "celery")

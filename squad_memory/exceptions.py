@@ -29,3 +29,23 @@ class SummarizerNotImportable(SquadMemoryError, ValueError):
 
 class ConfigurationError(SquadMemoryError, ValueError):
     """A storage was built with arguments that cannot work."""
+
+
+class SummarizerTimeout(SummarizerError):
+    """The summarizer's backend did not answer in time; the compression is retried later."""
+
+
+class SummarizerBackendError(SummarizerError):
+    """The summarizer's backend failed (unreachable, 5xx, refused the request)."""
+
+
+class SummarizerRateLimited(SummarizerBackendError):
+    """The summarizer's backend answered 429 (rate limit or quota); retry later."""
+
+
+class SummarizerBadReply(SummarizerError):
+    """The summarizer's backend answered, but not with a usable summary text."""
+
+
+class ImportFileError(SquadMemoryError, ValueError):
+    """A conversation file to import has invalid lines; nothing was stored."""

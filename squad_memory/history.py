@@ -113,7 +113,7 @@ def _insert(slot: Slot, messages: list[MessageDict], store_rows: bool | None) ->
             role=m["role"],
             content=m["content"],
             citations=m.get("citations"),
-            timestamp=stamp,
+            timestamp=m.get("timestamp") or stamp,  # importers keep the original time
         )
         for i, m in enumerate(messages, start=1)
     ]

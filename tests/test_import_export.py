@@ -19,8 +19,14 @@ pytestmark = pytest.mark.django_db
 
 
 def line(user: str, session: str, agent: str, role: str, content: Any, **extra: Any) -> str:
-    data = {"user_id": user, "session_id": session, "agent_id": agent, "role": role,
-            "content": content, **extra}
+    data = {
+        "user_id": user,
+        "session_id": session,
+        "agent_id": agent,
+        "role": role,
+        "content": content,
+        **extra,
+    }
     return json.dumps(data)
 
 
@@ -37,14 +43,24 @@ def run_import(path: str, *args: str) -> tuple[str, str]:
 
 
 def test_import_good_file(tmp_path: Path) -> None:
-    path = write(tmp_path, [
-        line("ana", "s1", "travel", "user", [{"text": "Lisbon in May?"}], timestamp=1_700_000_000_000),
-        line("ana", "s1", "travel", "assistant", "May is lovely.", timestamp=1_700_000_001_000),
-        line("ana", "s1", "tech", "user", "My laptop is slow.", timestamp=1_700_000_002_000),
-        "",
-        line("ana", "s1", "travel", "user", "And hotels?", citations=[{"url": "x"}]),
-        line("ana", "s1", "travel", "user", "Anyone?"),  # repeated role: kept, as a batch save
-    ])
+    path = write(
+        tmp_path,
+        [
+            line(
+                "ana",
+                "s1",
+                "travel",
+                "user",
+                [{"text": "Lisbon in May?"}],
+                timestamp=1_700_000_000_000,
+            ),
+            line("ana", "s1", "travel", "assistant", "May is lovely.", timestamp=1_700_000_001_000),
+            line("ana", "s1", "tech", "user", "My laptop is slow.", timestamp=1_700_000_002_000),
+            "",
+            line("ana", "s1", "travel", "user", "And hotels?", citations=[{"url": "x"}]),
+            line("ana", "s1", "travel", "user", "Anyone?"),  # repeated role: kept, as a batch save
+        ],
+    )
     out, _ = run_import(path, "--quiet")
     assert "Imported 5 messages into 2 slots." in out
     storage = DjangoChatStorage()
@@ -66,23 +82,33 @@ def test_import_appends_after_existing_messages(tmp_path: Path) -> None:
 
 
 def test_import_with_bad_lines_stores_nothing_and_names_them(tmp_path: Path) -> None:
-    path = write(tmp_path, [
-        line("u", "s", "a", "user", "fine"),
-        "{not json",
-        line("u", "s", "a", "robot", "bad role"),
-        line("u", "", "a", "user", "empty session"),
-        line("u", "s", "a", "user", "x", colour="red"),
-        line("u", "s", "a", "user", "x", timestamp="yesterday"),
-        json.dumps(["a", "list"]),
-        line("u", "s", "a", "assistant", []),
-        line("u", "s", "a", "assistant", "fine too"),
-    ])
+    path = write(
+        tmp_path,
+        [
+            line("u", "s", "a", "user", "fine"),
+            "{not json",
+            line("u", "s", "a", "robot", "bad role"),
+            line("u", "", "a", "user", "empty session"),
+            line("u", "s", "a", "user", "x", colour="red"),
+            line("u", "s", "a", "user", "x", timestamp="yesterday"),
+            json.dumps(["a", "list"]),
+            line("u", "s", "a", "assistant", []),
+            line("u", "s", "a", "assistant", "fine too"),
+        ],
+    )
     with pytest.raises(CommandError) as info:
         run_import(path, "--quiet")
     message = str(info.value)
     assert "7 of 9 lines are invalid; nothing was stored" in message
-    for number, words in [(2, "not valid JSON"), (3, "role"), (4, "session_id"),
-                          (5, "colour"), (6, "timestamp"), (7, "JSON object"), (8, "content")]:
+    for number, words in [
+        (2, "not valid JSON"),
+        (3, "role"),
+        (4, "session_id"),
+        (5, "colour"),
+        (6, "timestamp"),
+        (7, "JSON object"),
+        (8, "content"),
+    ]:
         assert f"line {number}: " in message and words in message
     assert "line 1:" not in message and "line 9:" not in message
     assert not Message.objects.exists() and not Slot.objects.exists()
@@ -95,8 +121,13 @@ def test_import_missing_file() -> None:
 
 def test_import_ten_thousand_messages_with_progress(tmp_path: Path) -> None:
     lines = [
-        line(f"user{i % 4}", "big", f"agent{(i // 4) % 2}", "user" if (i // 8) % 2 == 0 else "assistant",
-             f"message {i}")
+        line(
+            f"user{i % 4}",
+            "big",
+            f"agent{(i // 4) % 2}",
+            "user" if (i // 8) % 2 == 0 else "assistant",
+            f"message {i}",
+        )
         for i in range(10_000)
     ]
     path = write(tmp_path, lines)
@@ -109,8 +140,9 @@ def test_import_ten_thousand_messages_with_progress(tmp_path: Path) -> None:
     assert Message.objects.count() == 10_000
     slot = Slot.objects.get(user_id="user1", agent_id="agent1")
     assert slot.last_seq == 1250
-    assert list(Message.objects.filter(slot=slot).order_by("seq").values_list("seq", flat=True)) == (
-        list(range(1, 1251)))
+    assert list(
+        Message.objects.filter(slot=slot).order_by("seq").values_list("seq", flat=True)
+    ) == (list(range(1, 1251)))
     mine = [json.loads(x)["content"] for x in lines if '"user1"' in x and '"agent1"' in x]
     assert texts(DjangoChatStorage().fetch_chat_sync("user1", "big", "agent1")) == mine
     assert elapsed < 30, f"import of 10,000 messages took {elapsed:.1f} s"
@@ -119,7 +151,9 @@ def test_import_ten_thousand_messages_with_progress(tmp_path: Path) -> None:
 def test_export_round_trips_through_import(tmp_path: Path) -> None:
     storage = get_storage()
     for i in range(6):
-        storage.save_chat_message_sync("ana", "s1", "travel", msg("user" if i % 2 == 0 else "assistant", f"t{i}"))
+        storage.save_chat_message_sync(
+            "ana", "s1", "travel", msg("user" if i % 2 == 0 else "assistant", f"t{i}")
+        )
     storage.save_chat_message_sync("bob", "s9", "tech", msg("user", "hello"))
     target = tmp_path / "export.jsonl"
     call_command("squad_memory_export", "-o", str(target), stderr=io.StringIO())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,8 +27,12 @@ class NotesAgent(Agent):
         self.delay, self.fail, self.reply = delay, fail, reply
 
     async def process_request(
-        self, input_text: str, user_id: str, session_id: str,
-        chat_history: list[ConversationMessage], additional_params: Any = None,
+        self,
+        input_text: str,
+        user_id: str,
+        session_id: str,
+        chat_history: list[ConversationMessage],
+        additional_params: Any = None,
     ) -> ConversationMessage:
         self.requests.append({"text": input_text, "history": chat_history, "user": user_id})
         await asyncio.sleep(self.delay)
@@ -63,7 +68,18 @@ def test_agent_backend_timeout_and_errors() -> None:
         LLMSummarizer.agent(NotesAgent(reply=""))(conversation(10), 1)
 
 
+@pytest.fixture
+def close_worker_connections() -> Iterator[None]:
+    """Close the connection the async storage methods opened in their worker thread."""
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    asyncio.run(sync_to_async(connections.close_all)())
+
+
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_worker_connections")
 def test_agent_summarizer_in_the_storage() -> None:
     agent = NotesAgent()
     storage = SummarizingChatStorage(DjangoChatStorage(), LLMSummarizer.agent(agent), 3, 1)

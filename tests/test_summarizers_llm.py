@@ -41,18 +41,27 @@ class Reply:
 
 def completion(text: str | None) -> dict[str, Any]:
     return {
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "test-model",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": text}}],
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "test-model",
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+        ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
 
 
 def anthropic_message(text: str) -> dict[str, Any]:
     return {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "test-model",
-        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-        "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1},
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "test-model",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
     }
 
 
@@ -94,8 +103,10 @@ class FakeLLM:
     def next_reply(self, path: str) -> Reply:
         if self.replies:
             return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
-        body = anthropic_message("A summary.") if "messages" in path and "chat" not in path else (
-            completion("A summary.")
+        body = (
+            anthropic_message("A summary.")
+            if "messages" in path and "chat" not in path
+            else (completion("A summary."))
         )
         return Reply(body=body)
 
@@ -134,8 +145,11 @@ def conversation(n: int, tag: str = "m") -> list[Any]:
 
 def test_request_holds_previous_summary_and_only_new_messages(llm: FakeLLM) -> None:
     llm.replies = [Reply(body=completion("The user likes green tea and plans Lisbon."))]
-    history = [make_summary("The user likes green tea."), msg("assistant", "old-answer"),
-               *conversation(8, "new")]
+    history = [
+        make_summary("The user likes green tea."),
+        msg("assistant", "old-answer"),
+        *conversation(8, "new"),
+    ]
     out = summarizer(llm)(history, 2)
     (prompt,) = llm.prompts()
     assert "The user likes green tea." in prompt
@@ -158,7 +172,9 @@ def test_reply_becomes_the_marked_summary(llm: FakeLLM) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_a_second_compression_never_resends_folded_messages(llm: FakeLLM) -> None:
     llm.replies = [Reply(body=completion("first summary")), Reply(body=completion("second"))]
-    storage = SummarizingChatStorage(DjangoChatStorage(), summarizer(llm), trigger_at=3, keep_last=1)
+    storage = SummarizingChatStorage(
+        DjangoChatStorage(), summarizer(llm), trigger_at=3, keep_last=1
+    )
     sent = conversation(14, "turn")
     play(storage, sent)
     assert len(llm.requests) >= 2
@@ -178,9 +194,13 @@ def test_tool_pair_at_the_cut_stays_whole(llm: FakeLLM, style: str) -> None:
     else:
         use = {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}}
         result = {"type": "tool_result", "tool_use_id": "t1", "content": "4 C"}
-    history = [*conversation(6), msg("user", "weather in Oslo?"),
-               type(msg("a", ""))(role="assistant", content=[use]),
-               type(msg("a", ""))(role="user", content=[result]), msg("assistant", "It is 4 C.")]
+    history = [
+        *conversation(6),
+        msg("user", "weather in Oslo?"),
+        type(msg("a", ""))(role="assistant", content=[use]),
+        type(msg("a", ""))(role="user", content=[result]),
+        msg("assistant", "It is 4 C."),
+    ]
     out = summarizer(llm)(history, 1)  # a naive cut would fall between the use and the result
     kept = [block for m in out[1:] for block in m.content]
     assert use in kept and result in kept
@@ -200,7 +220,7 @@ def test_summary_size_is_capped(llm: FakeLLM) -> None:
 def test_timeout_gives_summarizer_timeout(llm: FakeLLM) -> None:
     llm.replies = [Reply(body=completion("late"), delay=2.0)]
     started = time.monotonic()
-    with pytest.raises(SummarizerTimeout, match="did not answer within 0.3 s"):
+    with pytest.raises(SummarizerTimeout, match=r"did not answer within 0\.3 s"):
         summarizer(llm, timeout=0.3)(conversation(10), 1)
     assert time.monotonic() - started < 1.9
 
@@ -213,8 +233,9 @@ def test_server_error_gives_backend_error(llm: FakeLLM) -> None:
 
 
 def test_rate_limit_gives_rate_limited(llm: FakeLLM) -> None:
-    llm.replies = [Reply(status=429, body={"error": {"message": "slow down"}},
-                         headers={"retry-after": "7"})]
+    llm.replies = [
+        Reply(status=429, body={"error": {"message": "slow down"}}, headers={"retry-after": "7"})
+    ]
     with pytest.raises(SummarizerRateLimited, match="retry-after: 7"):
         summarizer(llm)(conversation(10), 1)
 
@@ -237,8 +258,9 @@ def test_malformed_reply_gives_bad_reply(llm: FakeLLM, reply: Reply) -> None:
 
 
 def test_unreachable_endpoint_gives_backend_error() -> None:
-    bad = LLMSummarizer.openai("m", base_url="http://127.0.0.1:9/v1", api_key="k",
-                               max_retries=0, timeout=2.0)
+    bad = LLMSummarizer.openai(
+        "m", base_url="http://127.0.0.1:9/v1", api_key="k", max_retries=0, timeout=2.0
+    )
     with pytest.raises(SummarizerBackendError, match="Cannot reach"):
         bad(conversation(10), 1)
 
@@ -249,7 +271,9 @@ def test_anthropic_backend(llm: FakeLLM) -> None:
     out = summ([make_summary("before"), *conversation(9)], 1)
     assert out[0].content[0]["text"] == "[Summary] Claude's summary."
     request = llm.requests[0]
-    assert request["path"] == "/v1/messages" and "before" in request["json"]["messages"][0]["content"]
+    assert (
+        request["path"] == "/v1/messages" and "before" in request["json"]["messages"][0]["content"]
+    )
     llm.replies = [Reply(status=429, body={"type": "error", "error": {"message": "busy"}})]
     with pytest.raises(SummarizerRateLimited):
         summ(conversation(10), 1)
@@ -257,9 +281,13 @@ def test_anthropic_backend(llm: FakeLLM) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_storage_records_a_500_then_the_next_save_succeeds(llm: FakeLLM) -> None:
-    llm.replies = [Reply(status=500, body={"error": {"message": "overloaded"}}),
-                   Reply(body=completion("Recovered summary."))]
-    storage = SummarizingChatStorage(DjangoChatStorage(), summarizer(llm), trigger_at=3, keep_last=1)
+    llm.replies = [
+        Reply(status=500, body={"error": {"message": "overloaded"}}),
+        Reply(body=completion("Recovered summary.")),
+    ]
+    storage = SummarizingChatStorage(
+        DjangoChatStorage(), summarizer(llm), trigger_at=3, keep_last=1
+    )
     play(storage, conversation(8))
     assert not Compression.objects.exists()
     before = storage.fetch_chat_sync("u", "s", "a")  # over the threshold: first compression
@@ -271,7 +299,9 @@ def test_storage_records_a_500_then_the_next_save_succeeds(llm: FakeLLM) -> None
     buffer = storage.save_chat_message_sync("u", "s", "a", msg("user", "one more"))
     assert texts(buffer)[0] == "[Summary] Recovered summary."
     assert list(Compression.objects.order_by("id").values_list("outcome", flat=True)) == [
-        "failed", "applied"]
+        "failed",
+        "applied",
+    ]
     assert not Slot.objects.get().last_failed
     assert len(storage.fetch_all_chats_sync("u", "s")) == 9  # raw history kept whole
 
@@ -279,9 +309,17 @@ def test_storage_records_a_500_then_the_next_save_succeeds(llm: FakeLLM) -> None
 @pytest.mark.django_db(transaction=True)
 def test_settings_path_summarizer(llm: FakeLLM) -> None:
     llm.replies = [Reply(body=completion("From settings."))]
-    config = {"SUMMARIZER": "squad_memory.summarizers.llm.summarize", "TRIGGER_AT": 3,
-              "KEEP_LAST": 1, "LLM": {"BASE_URL": f"{llm.url}/v1", "API_KEY": "k",
-                                      "MODEL": "settings-model", "MAX_RETRIES": 0}}
+    config = {
+        "SUMMARIZER": "squad_memory.summarizers.llm.summarize",
+        "TRIGGER_AT": 3,
+        "KEEP_LAST": 1,
+        "LLM": {
+            "BASE_URL": f"{llm.url}/v1",
+            "API_KEY": "k",
+            "MODEL": "settings-model",
+            "MAX_RETRIES": 0,
+        },
+    }
     with override_settings(SQUAD_MEMORY=config):
         storage = get_storage()
         play(storage, conversation(8))

@@ -94,8 +94,10 @@ def test_cap_keeps_limit_and_says_so() -> None:
 def tool_turn(n: int) -> list[Any]:
     use = {"toolUse": {"toolUseId": f"t{n}", "name": "lookup", "input": {"q": n}}}
     result = {"toolResult": {"toolUseId": f"t{n}", "content": [{"text": "found"}]}}
-    return [ConversationMessage(role="assistant", content=[use]),
-            ConversationMessage(role="user", content=[result])]
+    return [
+        ConversationMessage(role="assistant", content=[use]),
+        ConversationMessage(role="user", content=[result]),
+    ]
 
 
 @pytest.mark.parametrize("keep_last", [0, 1, 2, 3])
@@ -106,8 +108,9 @@ def test_split_never_separates_tool_pairs(keep_last: int) -> None:
     history.append(msg("assistant", "last"))
     part = split(history, keep_last)
     uses = {b["toolUse"]["toolUseId"] for m in part.recent for b in m.content if "toolUse" in b}
-    results = {b["toolResult"]["toolUseId"] for m in part.recent for b in m.content
-               if "toolResult" in b}
+    results = {
+        b["toolResult"]["toolUseId"] for m in part.recent for b in m.content if "toolResult" in b
+    }
     assert results <= uses
     assert len(part.recent) >= keep_last * 2
     assert not part.recent or part.recent[0].role == "assistant"
@@ -137,3 +140,26 @@ def test_default_storage_compresses_with_offline() -> None:
     assert is_summary(buffer[0]) and len(buffer) < 45
     log = Compression.objects.filter(outcome="applied").first()
     assert log is not None and log.summarizer == "squad_memory.summarizers.offline.summarize"
+
+
+@pytest.mark.parametrize(
+    ("config", "check_id"),
+    [
+        ({"LLM": "openai"}, "squad_memory.E020"),
+        ({"MAX_SUMMARY_CHARS": 10}, "squad_memory.E021"),
+        (
+            {"SUMMARIZER": "squad_memory.summarizers.llm.summarize", "LLM": {"BACKEND": "x"}},
+            "squad_memory.E022",
+        ),
+        ({"SUMMARIZER": "squad_memory.summarizers.llm.summarize"}, "squad_memory.E023"),
+    ],
+)
+def test_summarizer_settings_checks(config: dict[str, Any], check_id: str) -> None:
+    from squad_memory.checks import check_settings
+
+    with override_settings(SQUAD_MEMORY=config):
+        assert check_id in [e.id for e in check_settings()]
+    with override_settings(
+        SQUAD_MEMORY={"SUMMARIZER": "squad_memory.summarizers.llm.summarize", "LLM": {"MODEL": "m"}}
+    ):
+        assert not [e.id for e in check_settings() if e.id.startswith("squad_memory.E02")]

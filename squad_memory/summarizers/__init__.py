@@ -98,3 +98,27 @@ def call_summarizer(func: SummarizerFunc, history: list[Any], keep_last: int) ->
 
         result = async_to_sync(wait)()
     return result
+
+
+from squad_memory.summarizers.base import SUMMARY_PREFIX, is_summary  # noqa: E402
+
+
+def __getattr__(name: str) -> Any:
+    # The LLM summarizer is imported lazily, so importing this package stays cheap.
+    if name in {"LLMSummarizer", "OfflineSummarizer"}:
+        from squad_memory.summarizers import llm, offline
+
+        return getattr(llm if name == "LLMSummarizer" else offline, name)
+    raise AttributeError(name)
+
+
+__all__ = [
+    "SUMMARY_PREFIX",
+    "LLMSummarizer",
+    "OfflineSummarizer",
+    "Summarizer",
+    "call_summarizer",
+    "is_summary",
+    "require_importable",
+    "resolve",
+]

@@ -1,23 +1,97 @@
-"""An offline, deterministic, extractive summarizer (no network, no model)."""
+"""An offline summarizer: no network, no model, deterministic and extractive.
+
+It keeps the first sentence of each folded message, oldest first, under a
+header that says what it is::
+
+    [Summary] (extractive, offline) Covers 38 messages; first sentence of each, oldest first:
+    - user: I want to plan a trip to Lisbon in May.
+    - assistant: May is a good month for Lisbon.
+    ...
+
+It is incremental like the LLM summarizer: the previous summary's lines are
+kept and the new messages' lines appended; when the text would pass the size
+cap, the oldest lines are dropped and the header says how many.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from agent_squad.types import ConversationMessage
+from squad_memory.summarizers.base import SUMMARY_PREFIX, make_summary, render, role_of, split
 
-SUMMARY_PREFIX = "[Summary]"
-MAX_CHARS = 2000
+__all__ = ["OfflineSummarizer", "summarize"]
+
+_HEADER = "(extractive, offline) Covers {count} messages; first sentence of each, oldest first"
+_DROPPED = "; the oldest {dropped} lines were dropped to stay under {limit} characters"
+_COUNT = re.compile(r"^\(extractive, offline\) Covers (\d+) messages")
+_DROPPED_COUNT = re.compile(r"the oldest (\d+) lines were dropped")
+_SENTENCE = re.compile(r"(?<=[.!?])\s")
 
 
-def _text(message: ConversationMessage) -> str:
-    return " ".join(str(b.get("text", "")) for b in message.content or [] if isinstance(b, dict))
+class OfflineSummarizer:
+    """The offline summarizer, configurable.
+
+    Args:
+        max_chars: the summary message's maximum length in characters; defaults to
+            ``SQUAD_MEMORY["MAX_SUMMARY_CHARS"]``.
+        line_chars: the maximum length of one extracted line.
+    """
+
+    def __init__(self, max_chars: int | None = None, line_chars: int = 160) -> None:
+        self.max_chars = max_chars
+        self.line_chars = line_chars
+
+    def __call__(self, history: list[Any], keep_last: int) -> list[Any]:
+        part = split(history, keep_last)
+        if not part.fold:
+            return list(history)
+        count, dropped, lines = _parse_previous(part.previous)
+        lines += [self._line(m) for m in part.fold]
+        limit = self.max_chars or _setting_max_chars()
+        body = _fit(count + len(part.fold), dropped, lines, limit)
+        return [make_summary(body, limit), *part.recent]
+
+    def _line(self, message: Any) -> str:
+        text = render(message, self.line_chars * 4)
+        first = _SENTENCE.split(text, maxsplit=1)[0] if text else "(no text)"
+        if len(first) > self.line_chars:
+            first = first[: self.line_chars - 1] + "…"
+        return f"- {role_of(message)}: {first}"
 
 
-def summarize(history: list[ConversationMessage], keep_last: int) -> list[Any]:
-    """Keep the last ``keep_last`` pairs; fold the rest into one extractive summary message."""
-    cut = max(len(history) - keep_last * 2, 0)
-    old, recent = history[:cut], history[cut:]
-    lines = [f"{m.role}: {_text(m)[:120]}" for m in old]
-    text = f"{SUMMARY_PREFIX} (extractive, {len(old)} messages) " + " | ".join(lines)
-    return [ConversationMessage(role="user", content=[{"text": text[:MAX_CHARS]}]), *recent]
+def _setting_max_chars() -> int:
+    from squad_memory.conf import app_settings
+
+    return int(app_settings.get("MAX_SUMMARY_CHARS"))
+
+
+def _parse_previous(previous: str | None) -> tuple[int, int, list[str]]:
+    """Messages covered, lines dropped, and lines of a previous summary."""
+    if previous is None:
+        return 0, 0, []
+    header, _, rest = previous.partition("\n")
+    count, dropped = _COUNT.match(header), _DROPPED_COUNT.search(header)
+    if count is None:
+        # A summary from another summarizer: keep it as one line.
+        return 0, 0, [f"- earlier summary: {' '.join(previous.split())}"]
+    lines = [line for line in rest.split("\n") if line.startswith("- ")]
+    return int(count.group(1)), int(dropped.group(1)) if dropped else 0, lines
+
+
+def _fit(count: int, dropped: int, lines: list[str], limit: int) -> str:
+    """The summary body, dropping the oldest lines until it fits ``limit`` with its prefix."""
+    while True:
+        header = _HEADER.format(count=count)
+        if dropped:
+            header += _DROPPED.format(dropped=dropped, limit=limit)
+        body = header + ":\n" + "\n".join(lines)
+        if len(SUMMARY_PREFIX) + 1 + len(body) <= limit or len(lines) <= 1:
+            return body
+        lines = lines[1:]
+        dropped += 1
+
+
+def summarize(history: list[Any], keep_last: int) -> list[Any]:
+    """The default summarizer: :class:`OfflineSummarizer` with the configured size cap."""
+    return OfflineSummarizer()(history, keep_last)

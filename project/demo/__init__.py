@@ -1,0 +1,1 @@
+"""The demo: two offline agents, a keyword classifier and a scripted conversation."""

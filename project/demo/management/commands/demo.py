@@ -1,0 +1,105 @@
+"""``manage.py demo``: migrate, create an admin, play a conversation, serve on 127.0.0.1:8000."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
+
+from project.demo import play
+from squad_memory.conf import app_settings
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the squad_memory demo: migrate the database, create an admin user with a generated "
+        "password, play a scripted conversation through a real AgentSquad orchestrator into "
+        "squad_memory's storage, then serve the admin and the API."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--no-serve", action="store_true", help="set up and play, then exit")
+        parser.add_argument("--addrport", default="127.0.0.1:8000", help="where to serve")
+        parser.add_argument("--username", default="admin", help="admin user name")
+        parser.add_argument(
+            "--reset-password",
+            action="store_true",
+            help="give an existing admin user a new generated password",
+        )
+        parser.add_argument(
+            "--replay", action="store_true", help="play the conversation again, into a new session"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._describe_setup()
+        call_command("migrate", interactive=False, verbosity=0)
+        self.stdout.write("Database migrated.")
+        self._admin(options["username"], options["reset_password"])
+        session = self._play(options["replay"])
+        self._where_to_look(options["addrport"], options["username"], session)
+        if not options["no_serve"]:
+            call_command("runserver", options["addrport"], use_reloader=False)
+
+    def _describe_setup(self) -> None:
+        db = settings.DATABASES["default"]
+        name = db["NAME"] if connection.vendor == "sqlite" else f"{db.get('HOST')}/{db['NAME']}"
+        self.stdout.write(f"Database: {connection.vendor} ({name})")
+        self.stdout.write(f"Mode: {app_settings.mode}; summarizer: {app_settings.summarizer_path}")
+        if app_settings.mode == "celery":
+            self.stdout.write(
+                f"Celery broker: {getattr(settings, 'CELERY_BROKER_URL', '?')}. Compressions run "
+                f"in a worker: start one with `celery -A project worker -l info`."
+            )
+
+    def _admin(self, username: str, reset: bool) -> None:
+        status, password = play.ensure_admin(username, reset)
+        if status == "exists":
+            self.stdout.write(
+                f"Admin user {username!r} already exists; its password is unchanged. "
+                f"Run `python manage.py demo --reset-password` to get a new one."
+            )
+            return
+        verb = "Created admin user" if status == "created" else "New password for"
+        self.stdout.write(
+            self.style.SUCCESS(f"{verb} {username!r}; password (shown once): {password}")
+        )
+
+    def _play(self, replay: bool) -> str:
+        data = play.load()
+        session = data["session_id"]
+        if play.session_exists(data["user_id"], session):
+            if not replay:
+                self.stdout.write(
+                    f"The demo conversation is already stored (session {session!r}); "
+                    f"use --replay to play it again into a new session."
+                )
+                return session
+            session = f"{session}-{int(time.time())}"
+        started = time.monotonic()
+        try:
+            turns = play.play(data, session)
+        except Exception as exc:
+            raise CommandError(f"Playing the demo conversation failed: {exc}") from exc
+        seconds = time.monotonic() - started
+        self.stdout.write(
+            f"Played {len(turns)} turns through AgentSquad in {seconds:.1f} s "
+            f"(user {data['user_id']!r}, session {session!r}):"
+        )
+        for line in play.slot_report(data["user_id"], session):
+            self.stdout.write(line)
+        return session
+
+    def _where_to_look(self, addrport: str, username: str, session: str) -> None:
+        base = f"http://{addrport}"
+        self.stdout.write(
+            "\nWhere to look:\n"
+            f"  Admin:     {base}/admin/  (user {username!r})\n"
+            f"  Slots:     {base}/admin/squad_memory/slot/\n"
+            f"  API:       {base}/api/slots/  (log in to the admin first, or use a token)\n"
+            f"  API docs:  {base}/api/docs/\n"
+            f"  Export:    python manage.py squad_memory_export --session {session}\n"
+        )

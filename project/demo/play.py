@@ -1,0 +1,100 @@
+"""Plays the demo conversation through a real ``AgentSquad`` into the configured storage."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent_squad.orchestrator import AgentSquad
+from agent_squad.types import AgentSquadConfig
+from django.contrib.auth import get_user_model
+
+import squad_memory
+from project.demo.agents import KeywordClassifier, ScriptedAgent
+from squad_memory.models import Message, Slot
+
+_ALPHABET = string.ascii_letters + string.digits
+FIXTURE = Path(__file__).parent / "fixtures" / "conversation.json"
+
+
+def load(path: Path = FIXTURE) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as stream:
+        data: dict[str, Any] = json.load(stream)
+    return data
+
+
+def build(data: dict[str, Any]) -> AgentSquad:
+    """The orchestrator: two scripted agents, the keyword classifier, squad_memory's storage."""
+    keywords, agents = {}, []
+    for name, spec in data["agents"].items():
+        script = {t["user"]: t["reply"] for t in data["turns"]}
+        agent = ScriptedAgent(name, spec["description"], script)
+        keywords[agent.id] = spec["keywords"]
+        agents.append(agent)
+    squad = AgentSquad(
+        options=AgentSquadConfig(USE_DEFAULT_AGENT_IF_NONE_IDENTIFIED=True),
+        storage=squad_memory.get_storage(),
+        classifier=KeywordClassifier(keywords),
+        default_agent=agents[0],
+    )
+    for agent in agents:
+        squad.add_agent(agent)
+    return squad
+
+
+@dataclass
+class Turn:
+    user: str
+    agent: str | None
+    reply: str
+
+
+async def _play(squad: AgentSquad, data: dict[str, Any], session_id: str) -> list[Turn]:
+    turns = []
+    for turn in data["turns"]:
+        response = await squad.route_request(turn["user"], data["user_id"], session_id)
+        agent = response.metadata.agent_id if response.metadata else None
+        text = response.output.content[0]["text"] if response.output.content else ""
+        turns.append(Turn(turn["user"], agent, text))
+    return turns
+
+
+def play(data: dict[str, Any], session_id: str) -> list[Turn]:
+    """Route every user turn of the script through the orchestrator; return what happened."""
+    return asyncio.run(_play(build(data), data, session_id))
+
+
+def session_exists(user_id: str, session_id: str) -> bool:
+    return Message.objects.filter(slot__user_id=user_id, slot__session_id=session_id).exists()
+
+
+def slot_report(user_id: str, session_id: str) -> list[str]:
+    lines = []
+    for slot in Slot.objects.filter(user_id=user_id, session_id=session_id).order_by("agent_id"):
+        lines.append(
+            f"  {slot.agent_id}: {slot.message_count} raw messages, buffer of "
+            f"{slot.buffer_length} ({slot.state}), "
+            f"{slot.compressions.count()} compression(s)"
+        )
+    return lines
+
+
+def ensure_admin(username: str, reset: bool) -> tuple[str, str | None]:
+    """Create the admin user with a generated password; return (status, password or None)."""
+    users = get_user_model()
+    user = users.objects.filter(username=username).first()
+    if user is not None and not reset:
+        return "exists", None
+    password = "".join(secrets.choice(_ALPHABET) for _ in range(16))
+    if user is None:
+        users.objects.create_superuser(username=username, email="", password=password)
+        return "created", password
+    user.set_password(password)
+    user.is_staff = user.is_superuser = user.is_active = True
+    user.save()
+    return "reset", password

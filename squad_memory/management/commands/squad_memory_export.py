@@ -1,0 +1,37 @@
+"""``manage.py squad_memory_export``: the raw history as JSONL (the import format)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from squad_memory import transfer
+from squad_memory.models import DJANGO_NAMESPACE
+
+
+class Command(BaseCommand):
+    help = (
+        "Export the raw history (every stored message, trimmed ones included) as JSONL, in the "
+        "format squad_memory_import reads, slot by slot in order."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("-o", "--output", help="file to write (default: stdout)")
+        parser.add_argument("--user", dest="user_id", help="only this user_id")
+        parser.add_argument("--session", dest="session_id", help="only this session_id")
+        parser.add_argument("--agent", dest="agent_id", help="only this agent_id")
+        parser.add_argument(
+            "--namespace",
+            default=DJANGO_NAMESPACE,
+            help="slots of another store's namespace (default: the Django store)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        filters = {k: options[k] for k in ("user_id", "session_id", "agent_id", "namespace")}
+        if options["output"]:
+            with open(options["output"], "w", encoding="utf-8") as out:
+                count = transfer.export(out, **filters)
+            self.stderr.write(f"Exported {count} messages to {options['output']}.")
+        else:
+            transfer.export(self.stdout, **filters)

@@ -1,0 +1,168 @@
+"""``LLMSummarizer``: an incremental summary written by a language model.
+
+Each compression sends the model the previous summary and only the messages
+being folded in, never the whole raw history, so its cost does not grow with
+the conversation's age. The cut (verbatim pairs, tool pairs, role layout) and
+the marker are shared with the offline summarizer (:mod:`.base`).
+
+``squad_memory.summarizers.llm.summarize`` is a ready-made summarizer built
+from ``SQUAD_MEMORY["LLM"]``; put its dotted path in ``SQUAD_MEMORY["SUMMARIZER"]``
+(it works in Celery mode too, since a worker imports it by that path).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from squad_memory.exceptions import ConfigurationError
+from squad_memory.summarizers.backends import (
+    AgentBackend,
+    AnthropicBackend,
+    Backend,
+    OpenAIBackend,
+)
+from squad_memory.summarizers.base import SUMMARY_PREFIX, make_summary, split, transcript
+from squad_memory.summarizers.prompts import DEFAULT_PROMPT, DEFAULT_SYSTEM, check_template
+
+__all__ = ["LLMSummarizer", "from_settings", "llm_settings", "summarize"]
+
+
+class LLMSummarizer:
+    """A summarizer that asks a model to update the running summary.
+
+    Args:
+        backend: where the prompt goes (:class:`OpenAIBackend`, :class:`AnthropicBackend`,
+            :class:`AgentBackend` or any object with ``label`` and ``complete(system, prompt)``).
+        prompt: the prompt template, with ``{previous}``, ``{messages}`` and ``{max_chars}``.
+        system: the system prompt.
+        max_chars: the summary message's maximum length; a longer reply is cut and says so.
+            Defaults to ``SQUAD_MEMORY["MAX_SUMMARY_CHARS"]``.
+        block_chars: the longest text of one content block put in the prompt.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        prompt: str | None = None,
+        system: str | None = None,
+        max_chars: int | None = None,
+        block_chars: int = 2000,
+    ) -> None:
+        self.backend = backend
+        self.prompt = check_template(prompt or DEFAULT_PROMPT)
+        self.system = system or DEFAULT_SYSTEM
+        if max_chars is not None and max_chars < 100:
+            raise ConfigurationError(f"max_chars must be at least 100, got {max_chars}.")
+        self.max_chars, self.block_chars = max_chars, block_chars
+
+    @classmethod
+    def openai(cls, model: str, **options: Any) -> LLMSummarizer:
+        """An OpenAI-compatible endpoint; ``options`` go to :class:`OpenAIBackend` or here."""
+        own = {k: options.pop(k) for k in ("prompt", "system", "max_chars") if k in options}
+        return cls(OpenAIBackend(model, **options), **own)
+
+    @classmethod
+    def anthropic(cls, model: str, **options: Any) -> LLMSummarizer:
+        """Anthropic's Messages API; ``options`` go to :class:`AnthropicBackend` or here."""
+        own = {k: options.pop(k) for k in ("prompt", "system", "max_chars") if k in options}
+        return cls(AnthropicBackend(model, **options), **own)
+
+    @classmethod
+    def agent(cls, agent: Any, **options: Any) -> LLMSummarizer:
+        """An agent-squad ``Agent``; ``options`` go to :class:`AgentBackend` or here."""
+        own = {k: options.pop(k) for k in ("prompt", "system", "max_chars") if k in options}
+        return cls(AgentBackend(agent, **options), **own)
+
+    def __repr__(self) -> str:
+        return f"LLMSummarizer({self.backend.label})"
+
+    def __call__(self, history: list[Any], keep_last: int) -> list[Any]:
+        """Fold the previous summary and the older messages into a new summary message."""
+        part = split(history, keep_last)
+        if not part.fold:
+            return list(history)
+        limit = self.limit
+        text = self.backend.complete(self.system, self.render(part.previous, part.fold, limit))
+        return [make_summary(_strip_prefix(text), limit), *part.recent]
+
+    @property
+    def limit(self) -> int:
+        if self.max_chars is not None:
+            return self.max_chars
+        from squad_memory.conf import app_settings
+
+        return int(app_settings.get("MAX_SUMMARY_CHARS"))
+
+    def render(self, previous: str | None, fold: list[Any], limit: int) -> str:
+        """The prompt for one compression: the previous summary and the new messages only."""
+        return self.prompt.format(
+            previous=previous or "(none yet)",
+            messages=transcript(fold, self.block_chars),
+            max_chars=max(limit - len(SUMMARY_PREFIX) - 1, 1),
+        )
+
+
+def _strip_prefix(text: str) -> str:
+    # A model that imitates the previous summary may repeat the marker.
+    text = text.strip()
+    return text[len(SUMMARY_PREFIX) :].lstrip(" :") if text.startswith(SUMMARY_PREFIX) else text
+
+
+def llm_settings() -> dict[str, Any]:
+    """``SQUAD_MEMORY["LLM"]`` merged over its defaults."""
+    from squad_memory.conf import DEFAULTS, app_settings
+
+    configured = app_settings.get("LLM") or {}
+    if not isinstance(configured, dict):
+        raise ConfigurationError("SQUAD_MEMORY['LLM'] must be a dict.")
+    return {**DEFAULTS["LLM"], **configured}
+
+
+def from_settings(**overrides: Any) -> LLMSummarizer:
+    """An :class:`LLMSummarizer` as ``SQUAD_MEMORY["LLM"]`` describes (keys upper-case)."""
+    conf = {**llm_settings(), **{k.upper(): v for k, v in overrides.items()}}
+    backend_name = conf["BACKEND"]
+    if backend_name == "agent":
+        backend: Backend = AgentBackend(_agent(conf.get("AGENT")), timeout=conf["TIMEOUT"])
+    elif backend_name in ("openai", "anthropic"):
+        cls = OpenAIBackend if backend_name == "openai" else AnthropicBackend
+        backend = cls(
+            conf["MODEL"],
+            base_url=conf["BASE_URL"],
+            api_key=conf["API_KEY"],
+            timeout=float(conf["TIMEOUT"]),
+            max_retries=int(conf["MAX_RETRIES"]),
+            max_tokens=conf["MAX_TOKENS"],
+            temperature=conf["TEMPERATURE"],
+        )
+    else:
+        raise ConfigurationError(
+            f"SQUAD_MEMORY['LLM']['BACKEND'] must be 'openai', 'anthropic' or 'agent'; "
+            f"got {backend_name!r}."
+        )
+    return LLMSummarizer(backend, prompt=conf["PROMPT"], system=conf.get("SYSTEM"))
+
+
+def _agent(path: Any) -> Any:
+    if not isinstance(path, str):
+        raise ConfigurationError(
+            "SQUAD_MEMORY['LLM']['AGENT'] must be the dotted path of an agent-squad Agent "
+            "or of a function returning one."
+        )
+    target = import_string(path)
+    return target if hasattr(target, "process_request") else target()
+
+
+_cache: dict[str, LLMSummarizer] = {}
+
+
+def summarize(history: list[Any], keep_last: int) -> list[Any]:
+    """The summarizer ``SQUAD_MEMORY["LLM"]`` describes (built once per configuration)."""
+    key = repr(sorted(llm_settings().items()))
+    if key not in _cache:
+        _cache.clear()
+        _cache[key] = from_settings()
+    return _cache[key](history, keep_last)

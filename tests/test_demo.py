@@ -1,0 +1,204 @@
+"""The demo command, run as a user runs it: a fresh SQLite database, then a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import http.cookiejar
+import io
+import json
+import os
+import re
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "project" / "demo" / "fixtures" / "conversation.json"
+PASSWORD = re.compile(r"password \(shown once\): (\S+)")
+
+
+def demo_env(var_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SQUAD_MEMORY", "DATABASE"))}
+    env.update(
+        SQUAD_MEMORY_VAR_DIR=str(var_dir),
+        DATABASE_URL=f"sqlite:///{var_dir}/db.sqlite3",
+        PYTHONUNBUFFERED="1",
+        DJANGO_SETTINGS_MODULE="project.settings",
+    )
+    return env
+
+
+def run_demo(var_dir: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", "demo", "--no-serve", *args],
+        cwd=ROOT,
+        env=demo_env(var_dir),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
+    """The demo run on a fresh database and left serving; yields (base URL, output, var dir)."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--addrport", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=demo_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        output = read_until_serving(process, port)
+        yield f"http://127.0.0.1:{port}", output, tmp_path
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def read_until_serving(process: subprocess.Popen[str], port: int) -> str:
+    lines: list[str] = []
+    deadline = time.monotonic() + 180
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line and process.poll() is not None:
+            pytest.fail("the demo exited early:\n" + "".join(lines))
+        lines.append(line)
+        if "Export:" in line:
+            break
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return "".join(lines)
+        time.sleep(0.2)
+    pytest.fail("the demo server did not start:\n" + "".join(lines))
+
+
+class Browser:
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with self.opener.open(self.base + path, timeout=30) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def login(self, username: str, password: str) -> None:
+        self.get("/admin/login/")
+        token = next(c.value for c in self.jar if c.name == "csrftoken")
+        form = urllib.parse.urlencode(
+            {
+                "username": username,
+                "password": password,
+                "csrfmiddlewaretoken": token,
+                "next": "/admin/",
+            }
+        )
+        request = urllib.request.Request(
+            self.base + "/admin/login/",
+            data=form.encode(),
+            headers={"Referer": self.base + "/admin/login/"},
+        )
+        with self.opener.open(request, timeout=30) as reply:
+            assert reply.geturl().endswith("/admin/"), "admin login failed"
+
+
+def test_demo_sets_up_plays_and_serves(served: tuple[str, str, Path]) -> None:
+    base, output, var_dir = served
+    match = PASSWORD.search(output)
+    assert match, output
+    assert "Played 50 turns through AgentSquad" in output
+    assert f"{base}/admin/" in output and f"{base}/api/docs/" in output
+
+    browser = Browser(base)
+    status, _ = browser.get("/admin/squad_memory/slot/")
+    assert status == 200 and "login" in browser.opener.open(base + "/admin/").geturl()
+    browser.login("admin", match.group(1))
+    status, page = browser.get("/admin/squad_memory/slot/")
+    assert status == 200 and "travel-agent" in page and "tech-agent" in page
+    status, body = browser.get("/api/slots/")
+    assert status == 200 and isinstance(json.loads(body), (dict, list))
+    status, _ = browser.get("/api/docs/")
+    assert status == 200
+
+    script = json.loads(FIXTURE.read_text())
+    with sqlite3.connect(var_dir / "db.sqlite3") as db:
+        for agent in ("travel-agent", "tech-agent"):
+            rows = db.execute(
+                "SELECT m.content FROM squad_memory_message m JOIN squad_memory_slot s "
+                "ON m.slot_id = s.id WHERE s.agent_id = ? AND m.role = 'user' ORDER BY m.seq",
+                (agent,),
+            ).fetchall()
+            expected = [t["user"] for t in script["turns"] if t["agent"] == agent]
+            assert [json.loads(r[0])[0]["text"] for r in rows] == expected  # routed right
+        summary, active = db.execute(
+            "SELECT summary, active FROM squad_memory_slot WHERE agent_id = 'travel-agent'"
+        ).fetchone()
+        assert active and json.loads(summary)[0]["content"][0]["text"].startswith(
+            "[Summary] (extractive, offline)"
+        )
+        outcomes = db.execute("SELECT outcome FROM squad_memory_compression").fetchall()
+        assert ("applied",) in outcomes
+
+    again = run_demo(var_dir, "--reset-password")
+    assert "already stored" in again and "--replay" in again
+    new = PASSWORD.search(again)
+    assert new and new.group(1) != match.group(1)
+    Browser(base).login("admin", new.group(1))
+
+
+@pytest.fixture
+def close_worker_connections() -> Iterator[None]:
+    """Close the connection the async storage methods opened in their worker thread."""
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    asyncio.run(sync_to_async(connections.close_all)())
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_worker_connections")
+def test_demo_in_process_keeps_an_existing_password() -> None:
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from squad_memory.models import Slot
+
+    get_user_model().objects.create_superuser("admin", "", "chosen-by-the-user")
+    out = io.StringIO()
+    call_command("demo", "--no-serve", stdout=out)
+    text = out.getvalue()
+    assert "already exists; its password is unchanged" in text and not PASSWORD.search(text)
+    assert get_user_model().objects.get().check_password("chosen-by-the-user")
+    assert "Played 50 turns" in text
+    assert Slot.objects.get(agent_id="travel-agent").active
+    assert Slot.objects.get(agent_id="tech-agent").last_seq == 40
+    out = io.StringIO()
+    call_command("demo", "--no-serve", stdout=out)
+    assert "already stored" in out.getvalue()
