@@ -269,6 +269,29 @@ class SummarizingChatStorage(ChatStorage):
             return self._storage.fetch_all_chats_sync(user_id, session_id)
         return async_to_sync(self._storage.fetch_all_chats)(user_id, session_id)
 
+    def save_messages_detailed(
+        self,
+        user_id: str,
+        session_id: str,
+        agent_id: str,
+        new_messages: list[Any],
+        *,
+        check_role: bool,
+        max_history_size: int | None = None,
+    ) -> AppendResult:
+        """Store messages like the save methods and say what was stored (the API's path).
+
+        ``check_role=True`` is ``save_chat_message`` (one message, role rule);
+        ``False`` is ``save_chat_messages``. Needs a :class:`DjangoChatStorage` inside.
+        """
+        if not self._django:
+            raise ConfigurationError("save_messages_detailed needs a DjangoChatStorage inside.")
+        key = _key(user_id, session_id, agent_id)
+        result = self._append(key, to_dicts(_as_list(new_messages)), check_role, max_history_size)
+        if result.claim:
+            self._run_claim(result.slot, result.claim, "save")
+        return result
+
     def compress_now(self, user_id: str, session_id: str, agent_id: str) -> buffer.Outcome | None:
         """Compress a slot's buffer now, whatever its length (admin and API action).
 
@@ -402,7 +425,8 @@ class SummarizingChatStorage(ChatStorage):
         if self.mode == "celery":
             from squad_memory import tasks
 
-            tasks.enqueue_compression(slot.pk, token, require_importable(self._summarizer), keep_last)
+            path = require_importable(self._summarizer)
+            tasks.enqueue_compression(slot.pk, token, path, keep_last, self.trigger_at)
             return None
         outcome = buffer.compress(buffer.snapshot(slot), token, self._summarizer, keep_last, trigger=trigger)
         if outcome.error is not None and self.on_error == "raise":

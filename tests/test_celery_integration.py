@@ -7,6 +7,7 @@ Skipped with a reason without PostgreSQL or Redis; failed under ``CI=true``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -69,11 +70,24 @@ class Processes:
             "PYTHONPATH": str(ROOT),
         }
 
-    def worker(self, name: str, pool: str = "solo", **env: str) -> subprocess.Popen[bytes]:
+    def worker(self, name: str, concurrency: int = 1, **env: str) -> subprocess.Popen[bytes]:
         log = self.tmp / f"{name}.log"
-        args = [sys.executable, "-m", "celery", "-A", "project", "worker", f"--pool={pool}",
-                "--concurrency=2", "--loglevel=INFO", "-n", f"{name}@%h", "--without-gossip",
-                "--without-mingle", "--without-heartbeat"]
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "project",
+            "worker",
+            "--pool=prefork",
+            f"--concurrency={concurrency}",
+            "--loglevel=INFO",
+            "-n",
+            f"{name}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
         proc = self._start(args, log, env)
         deadline = time.monotonic() + 30
         while "ready." not in log.read_text():
@@ -87,16 +101,29 @@ class Processes:
         return self._start(args, self.tmp / f"writer-{writer}.log", env, stdout=subprocess.PIPE)
 
     def command(self, *args: str, **env: str) -> str:
-        proc = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, capture_output=True,
-                              env={**self.env, **env}, timeout=60, text=True)
+        proc = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            capture_output=True,
+            env={**self.env, **env},
+            timeout=60,
+            text=True,
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 
-    def _start(self, args: list[str], log: Path, env: dict[str, str],
-               stdout: Any = None) -> subprocess.Popen[bytes]:
+    def _start(
+        self, args: list[str], log: Path, env: dict[str, str], stdout: Any = None
+    ) -> subprocess.Popen[bytes]:
         handle = log.open("wb")
-        proc = subprocess.Popen(args, cwd=ROOT, env={**self.env, **env}, start_new_session=True,
-                                stdout=stdout or handle, stderr=handle)
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env={**self.env, **env},
+            start_new_session=True,
+            stdout=stdout or handle,
+            stderr=handle,
+        )
         self.started.append(proc)
         return proc
 
@@ -118,6 +145,12 @@ def procs(tmp_path: Path) -> Iterator[Processes]:
         yield processes
     finally:
         processes.kill_all()
+
+
+def _unacked() -> int:
+    import redis
+
+    return int(redis.Redis.from_url(BROKER).hlen("unacked"))
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -157,11 +190,11 @@ def assert_buffer_is_summary_then_tail() -> None:
 
 def test_concurrent_writers_one_worker_compressing(procs: Processes) -> None:
     trigger_at, writers, pairs = 10, 4, 60
-    procs.worker("busy", pool="prefork", SM_SUMMARIZER_SLEEP="0.5")
+    procs.worker("busy", concurrency=2, SM_SUMMARIZER_SLEEP="0.5")
     env = {"SM_TRIGGER_AT": str(trigger_at), "SM_PAUSE": "0.01"}
     running = [procs.writer(str(w), pairs, **env) for w in range(writers)]
     for proc in running:
-        out, _ = proc.communicate(timeout=90)
+        proc.communicate(timeout=90)
         assert proc.returncode == 0
     wait_for(lambda: drained(trigger_at), 30, "the compressions to catch up")
 
@@ -172,25 +205,32 @@ def test_concurrent_writers_one_worker_compressing(procs: Processes) -> None:
         assert mine == [f"w{w}-{n}-{r}" for n in range(pairs) for r in "ua"]
     done = applied()
     assert len(done) >= 3
-    for before, after in zip(done, done[1:], strict=False):
+    for before, after in itertools.pairwise(done):
         assert after.started_at >= before.finished_at, "two compressions overlapped"
-        assert after.from_seq == before.to_seq + 1 and after.input[: len(before.output)] == before.output
+        assert (
+            after.from_seq == before.to_seq + 1
+            and after.input[: len(before.output)] == before.output
+        )
     assert_buffer_is_summary_then_tail()
 
 
-def test_killed_worker_redelivers_and_compresses_once(procs: Processes) -> None:
+@pytest.mark.parametrize("victim", ["whole worker", "pool process"])
+def test_killed_worker_loses_nothing_and_compresses_once(procs: Processes, victim: str) -> None:
     env = {"SM_SUMMARIZER_SLEEP": "3", "CELERY_VISIBILITY_TIMEOUT": "3"}
     first = procs.worker("first", **env)
     writer = procs.writer("0", 6, SM_TRIGGER_AT="2")
     assert writer.wait(30) == 0
     wait_for(lambda: any(procs.markers.iterdir()), 15, "the summarizer to start")
-    os.kill(first.pid, signal.SIGKILL)
-    first.wait(10)
-    token = the_slot().pending_token
-    assert token and Compression.objects.count() == 0
-
-    time.sleep(3.5)  # past the visibility timeout: the new worker takes the task back
-    procs.worker("second", **env)
+    if victim == "whole worker":
+        os.killpg(first.pid, signal.SIGKILL)  # main process and pool: nobody acknowledges
+        first.wait(10)
+        assert the_slot().pending_token and Compression.objects.count() == 0
+        assert _unacked() == 1, "the broker should hold the task, delivered but not acknowledged"
+        time.sleep(3.5)  # past the visibility timeout: a new worker takes the task back
+        procs.worker("second", **env)
+    else:
+        (marker,) = procs.markers.iterdir()
+        os.kill(int(marker.name.split("-")[1]), signal.SIGKILL)  # the worker requeues the task
     wait_for(lambda: bool(applied()), 30, "the redelivered compression")
     time.sleep(0.5)
     (row,) = Compression.objects.all()
@@ -204,16 +244,30 @@ def test_killed_worker_redelivers_and_compresses_once(procs: Processes) -> None:
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
     """Start (and restart) a throwaway redis-server of this test on its own port."""
-    require(subprocess.run(["which", "redis-server"], capture_output=True).returncode == 0,
-            "needs the redis-server executable to stop and restart a broker")
+    require(
+        subprocess.run(["which", "redis-server"], capture_output=True).returncode == 0,
+        "needs the redis-server executable to stop and restart a broker",
+    )
     url = f"redis://127.0.0.1:{OWN_REDIS_PORT}/0"
     require(not _redis_ok(url), f"port {OWN_REDIS_PORT} is taken; the test needs its own Redis")
     servers: list[subprocess.Popen[bytes]] = []
 
     def start() -> subprocess.Popen[bytes]:
         server = subprocess.Popen(
-            ["redis-server", "--port", str(OWN_REDIS_PORT), "--save", "", "--appendonly", "no",
-             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, start_new_session=True)
+            [
+                "redis-server",
+                "--port",
+                str(OWN_REDIS_PORT),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(tmp_path),
+            ],
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         servers.append(server)
         wait_for(lambda: _redis_ok(url), 10, "redis-server to start")
         return server

@@ -37,7 +37,8 @@ KEY = ("u1", "s1", "agent")
 
 @pytest.fixture(autouse=True)
 def _reset_summarizers() -> Iterator[None]:
-    cs.CALLS.clear(), cs.DURING.clear()
+    cs.CALLS.clear()
+    cs.DURING.clear()
     cs.FAILURES_LEFT[0] = 0
     yield
     cs.DURING.clear()
@@ -340,7 +341,9 @@ def test_broker_down_the_save_succeeds_fast_and_the_claim_is_released(
 def _over_threshold_slot(agent: str, pairs: int = 4, **fields: Any) -> Slot:
     store = DjangoChatStorage()
     for i in range(pairs):
-        store.save_chat_messages_sync("u1", "s1", agent, [msg("user", f"u{i}"), msg("assistant", "x")])
+        store.save_chat_messages_sync(
+            "u1", "s1", agent, [msg("user", f"u{i}"), msg("assistant", "x")]
+        )
     s = Slot.objects.get(agent_id=agent)
     Slot.objects.filter(pk=s.pk).update(active=True, **fields)
     return s
@@ -352,7 +355,9 @@ def test_sweep_enqueues_free_and_abandoned_slots_only(
 ) -> None:
     now = timezone.now()
     free = _over_threshold_slot("free")
-    abandoned = _over_threshold_slot("old", pending_since=now - timedelta(hours=1), pending_token="t0")
+    abandoned = _over_threshold_slot(
+        "old", pending_since=now - timedelta(hours=1), pending_token="t0"
+    )
     busy = _over_threshold_slot("busy", pending_since=now, pending_token="t1")
     short = _over_threshold_slot("short", pairs=2)
     inactive = _over_threshold_slot("inactive")
