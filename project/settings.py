@@ -6,7 +6,12 @@ inline summarization and the offline summarizer, so it runs on a fresh machine.
 - DATABASE_URL: postgres://, mysql://, sqlite:/// (default: var/db.sqlite3)
 - SQUAD_MEMORY_MODE: inline (default) or celery
 - CELERY_BROKER_URL: redis://127.0.0.1:6379/0 or amqp://guest:guest@127.0.0.1:5672//
+- CELERY_VISIBILITY_TIMEOUT: Redis broker only, seconds before a killed worker's task
+  is delivered again (default 3600)
 - SQUAD_MEMORY_SUMMARIZER: dotted path of the summarizer
+- SQUAD_MEMORY_LLM_BACKEND (openai, anthropic), SQUAD_MEMORY_LLM_BASE_URL,
+  SQUAD_MEMORY_LLM_API_KEY, SQUAD_MEMORY_LLM_MODEL, SQUAD_MEMORY_LLM_TIMEOUT:
+  the LLM summarizer (squad_memory.summarizers.llm.summarize)
 """
 
 from __future__ import annotations
@@ -31,7 +36,11 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
     "squad_memory",
+    "project.demo",
 ]
 
 MIDDLEWARE = [
@@ -102,6 +111,35 @@ SQUAD_MEMORY = {
     "TRIGGER_AT": int(os.environ.get("SQUAD_MEMORY_TRIGGER_AT", "20")),
     "KEEP_LAST": int(os.environ.get("SQUAD_MEMORY_KEEP_LAST", "2")),
     "MODE": os.environ.get("SQUAD_MEMORY_MODE", "inline"),
+    # With SQUAD_MEMORY_SUMMARIZER=squad_memory.summarizers.llm.summarize.
+    "LLM": {
+        key: value
+        for key, value in (
+            ("BACKEND", os.environ.get("SQUAD_MEMORY_LLM_BACKEND")),
+            ("BASE_URL", os.environ.get("SQUAD_MEMORY_LLM_BASE_URL")),
+            ("API_KEY", os.environ.get("SQUAD_MEMORY_LLM_API_KEY")),
+            ("MODEL", os.environ.get("SQUAD_MEMORY_LLM_MODEL")),
+            ("TIMEOUT", float(os.environ.get("SQUAD_MEMORY_LLM_TIMEOUT", "30"))),
+        )
+        if value
+    },
+}
+
+# The REST API (squad_memory.api). Token first, so an anonymous request gets 401.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "squad_memory API",
+    "DESCRIPTION": "Conversations of agent-squad apps: slots, raw messages, summary buffers.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 # Celery (only used when SQUAD_MEMORY_MODE=celery).
@@ -110,6 +148,21 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A save that publishes a task must not wait long for an unreachable broker.
+CELERY_BROKER_CONNECTION_TIMEOUT = float(os.environ.get("CELERY_BROKER_CONNECTION_TIMEOUT", "2"))
+# Redis: a task whose worker was killed is delivered again after this many seconds
+# (keep it above the longest summarization; RabbitMQ redelivers at once).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", "3600")),
+}
+CELERY_TASK_IGNORE_RESULT = True
+# Runs only under `celery -A project beat`: compresses slots left over the threshold.
+CELERY_BEAT_SCHEDULE = {
+    "squad-memory-sweep": {
+        "task": "squad_memory.tasks.sweep",
+        "schedule": float(os.environ.get("SQUAD_MEMORY_SWEEP_SECONDS", "300")),
+    },
+}
 
 LOGGING = {
     "version": 1,

@@ -1,11 +1,10 @@
-"""Fixtures and helpers shared by the API tests (tests/test_api_*.py)."""
+"""Helpers shared by the API tests (tests/test_api_*.py); fixtures are in api_fixtures."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 from django.contrib.auth.models import Permission, User
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -33,16 +32,6 @@ def make_user(name: str, *, staff: bool = False, perms: tuple[str, ...] = WRITE_
     return User.objects.get(pk=user.pk)  # drop the permission cache
 
 
-@pytest.fixture
-def users(db: Any) -> Users:
-    return Users(
-        owner=make_user("owner"),
-        other=make_user("other"),
-        staff=make_user("staff", staff=True),
-        reader=make_user("reader", perms=()),
-    )
-
-
 def client_for(user: User | None) -> APIClient:
     """An API client authenticated by token (anonymous for None)."""
     client = APIClient()
@@ -57,7 +46,7 @@ def fill(user: User, count: int, session: str = "s1", agent: str = "a1") -> Slot
     batch = [msg("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(count)]
     storage = squad_memory.get_storage()
     for start in range(0, max(count, 1), 500):
-        storage.save_chat_messages_sync(str(user.pk), session, agent, batch[start:start + 500])
+        storage.save_chat_messages_sync(str(user.pk), session, agent, batch[start : start + 500])
     return Slot.objects.get(user_id=str(user.pk), session_id=session, agent_id=agent)
 
 

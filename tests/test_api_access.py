@@ -10,7 +10,9 @@ from django.contrib.auth.models import User
 from django.test import override_settings
 
 from squad_memory.models import Slot
-from tests.api_support import Users, client_for, fill, make_user, one, post, users  # noqa: F401
+from tests.api_support import Users, client_for, fill, make_user, one, post
+
+pytest_plugins = ["tests.api_fixtures"]
 
 # (name, request) -> the status per caller: anonymous, owner, other user, staff.
 Call = Callable[[Any, Slot, User], Any]
@@ -21,8 +23,12 @@ def _post_own(client: Any, slot: Slot, owner: User) -> Any:
 
 
 def _post_as_owner(client: Any, slot: Slot, owner: User) -> Any:
-    body = {"user_id": str(owner.pk), "session_id": "s1", "agent_id": "a1",
-            "messages": [one("user", "x")]}
+    body = {
+        "user_id": str(owner.pk),
+        "session_id": "s1",
+        "agent_id": "a1",
+        "messages": [one("user", "x")],
+    }
     return post(client, body)
 
 
@@ -32,8 +38,11 @@ MATRIX: list[tuple[str, Call, tuple[int, int, int, int]]] = [
     ("messages", lambda c, s, o: c.get(f"/api/slots/{s.pk}/messages/"), (401, 200, 404, 200)),
     ("buffer", lambda c, s, o: c.get(f"/api/slots/{s.pk}/buffer/"), (401, 200, 404, 200)),
     ("history", lambda c, s, o: c.get("/api/sessions/s1/history/"), (401, 200, 200, 200)),
-    ("history of owner", lambda c, s, o: c.get(f"/api/sessions/s1/history/?user_id={o.pk}"),
-     (401, 200, 404, 200)),
+    (
+        "history of owner",
+        lambda c, s, o: c.get(f"/api/sessions/s1/history/?user_id={o.pk}"),
+        (401, 200, 404, 200),
+    ),
     ("post own", _post_own, (401, 201, 201, 201)),
     ("post as owner", _post_as_owner, (401, 201, 403, 201)),
     ("compress", lambda c, s, o: c.post(f"/api/slots/{s.pk}/compress/"), (401, 200, 404, 200)),
@@ -80,8 +89,12 @@ def test_reading_needs_no_permission_but_writing_does(users: Users) -> None:
     client = client_for(users.reader)
     assert client.get(f"/api/slots/{slot.pk}/").status_code == 200
     assert client.get(f"/api/slots/{slot.pk}/messages/").status_code == 200
-    assert post(client, {"session_id": "s1", "agent_id": "a1",
-                         "message": one("assistant", "x")}).status_code == 403
+    assert (
+        post(
+            client, {"session_id": "s1", "agent_id": "a1", "message": one("assistant", "x")}
+        ).status_code
+        == 403
+    )
     assert client.post(f"/api/slots/{slot.pk}/compress/").status_code == 403
     assert client.post(f"/api/slots/{slot.pk}/reset/").status_code == 403
     assert Slot.objects.get(pk=slot.pk).last_seq == 4
@@ -91,15 +104,23 @@ def test_posting_and_managing_are_separate_permissions(users: Users) -> None:
     poster = make_user("poster", perms=("add_message",))
     slot = fill(poster, 2)
     client = client_for(poster)
-    assert post(client, {"session_id": "s1", "agent_id": "a1",
-                         "message": one("user", "x")}).status_code == 201
+    assert (
+        post(
+            client, {"session_id": "s1", "agent_id": "a1", "message": one("user", "x")}
+        ).status_code
+        == 201
+    )
     assert client.post(f"/api/slots/{slot.pk}/compress/").status_code == 403
     manager = make_user("manager", perms=("change_slot",))
     managed = fill(manager, 2)
     client = client_for(manager)
     assert client.post(f"/api/slots/{managed.pk}/compress/").status_code == 200
-    assert post(client, {"session_id": "s1", "agent_id": "a1",
-                         "message": one("user", "x")}).status_code == 403
+    assert (
+        post(
+            client, {"session_id": "s1", "agent_id": "a1", "message": one("user", "x")}
+        ).status_code
+        == 403
+    )
 
 
 def test_staff_write_needs_the_permission_too(users: Users) -> None:

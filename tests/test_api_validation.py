@@ -9,7 +9,9 @@ import pytest
 from django.test import override_settings
 
 from squad_memory.models import Message, Slot
-from tests.api_support import Users, client_for, fill, one, post, users  # noqa: F401
+from tests.api_support import Users, client_for, fill, one, post
+
+pytest_plugins = ["tests.api_fixtures"]
 
 URL = "/api/slots/messages/"
 
@@ -42,7 +44,8 @@ def test_role_must_be_a_contract_role(users: Users, role: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "content", [[], None, "hi", {"text": "hi"}, ["hi"], [{}], [{"text": "ok"}, 3], [[{"text": "x"}]]]
+    "content",
+    [[], None, "hi", {"text": "hi"}, ["hi"], [{}], [{"text": "ok"}, 3], [[{"text": "x"}]]],
 )
 def test_content_must_be_a_non_empty_list_of_block_objects(users: Users, content: Any) -> None:
     message = {"role": "user"} if content is None else {"role": "user", "content": content}
@@ -53,7 +56,8 @@ def test_content_must_be_a_non_empty_list_of_block_objects(users: Users, content
 
 @pytest.mark.parametrize("field", ["session_id", "agent_id", "user_id"])
 @pytest.mark.parametrize(
-    "value", ["", "tab\there", "nul\x00", "bell\x07", "zero\u200bwidth", "\ud800", 12, None, ["s"]]
+    "value",
+    ["", "tab\there", "nul\x00", "bell\x07", "c1\x85", "\ud800", "\udc00x", 12, None, ["s"]],
 )
 def test_ids_must_be_printable_strings(users: Users, field: str, value: Any) -> None:
     data = body()
@@ -111,8 +115,16 @@ def test_max_history_size_must_be_a_small_non_negative_integer(users: Users, siz
 @pytest.mark.parametrize(
     "payload",
     [
-        b"{", b"", b"null", b"[]", b'"text"', b"{'single': 'quotes'}", b'{"a": NaN}',
-        b"\xff\xfe{}", b'{"session_id": "\xed\xa0\x80"}', b"[" * 100_000 + b"]" * 100_000,
+        b"{",
+        b"",
+        b"null",
+        b"[]",
+        b'"text"',
+        b"{'single': 'quotes'}",
+        b'{"a": NaN}',
+        b"\xff\xfe{}",
+        b'{"session_id": "\xed\xa0\x80"}',
+        b"[" * 100_000 + b"]" * 100_000,
     ],
 )
 def test_malformed_bodies_are_400(users: Users, payload: bytes) -> None:
@@ -135,7 +147,8 @@ def test_huge_bodies_are_413(users: Users) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["\ud800", "a\udfffb", "nul\x00", "\ud83d"],
+    "text",
+    ["\ud800", "a\udfffb", "nul\x00", "\ud83d"],
 )
 def test_unstorable_strings_in_content_are_400(users: Users, text: str) -> None:
     message = {"role": "user", "content": [{"text": text}], "citations": None}
@@ -164,7 +177,10 @@ def test_valid_unicode_round_trips(users: Users) -> None:
     slot_id = response.json()["slot"]["id"]
     page = client.get(f"/api/slots/{slot_id}/messages/").json()
     assert page["results"][0]["content"] == [{"text": text}]
-    assert client.get("/api/sessions/sé😀/history/").json()["messages"][0]["content"][0]["text"] == text
+    assert (
+        client.get("/api/sessions/sé😀/history/").json()["messages"][0]["content"][0]["text"]
+        == text
+    )
 
 
 @pytest.mark.parametrize(
@@ -189,7 +205,11 @@ def test_bad_query_and_path_values(users: Users, url: str, status: int) -> None:
 
 @pytest.mark.parametrize(
     ("query", "field"),
-    [("ordering=seq;drop", "ordering"), ("page_size=501", "page_size"), ("max_history_size=-1", "")],
+    [
+        ("ordering=seq;drop", "ordering"),
+        ("page_size=501", "page_size"),
+        ("max_history_size=-1", ""),
+    ],
 )
 def test_bad_paging_of_messages(users: Users, query: str, field: str) -> None:
     slot = fill(users.owner, 3)

@@ -9,8 +9,10 @@ from django.test import override_settings
 
 import squad_memory
 from squad_memory.models import Compression, Message, Slot
-from tests.api_support import Users, client_for, fill, one, post, users  # noqa: F401
+from tests.api_support import Users, client_for, fill, one, post
 from tests.conftest import msg, texts
+
+pytest_plugins = ["tests.api_fixtures"]
 
 
 def test_list_slots_filters_by_session_and_agent(users: Users) -> None:
@@ -40,7 +42,9 @@ def test_read_slot(users: Users) -> None:
     slot = fill(users.owner, 3)
     body = client_for(users.owner).get(f"/api/slots/{slot.pk}/").json()
     assert body["id"] == slot.pk and body["user_id"] == str(users.owner.pk)
-    assert body["message_count"] == 3 and body["state"] == "inactive" and body["last_role"] == "user"
+    assert (
+        body["message_count"] == 3 and body["state"] == "inactive" and body["last_role"] == "user"
+    )
 
 
 def test_raw_messages_page_by_seq_both_ways(users: Users) -> None:
@@ -98,14 +102,21 @@ def test_post_one_message_applies_the_role_rule(users: Users) -> None:
     assert first.status_code == 201
     assert first.json()["skipped"] is False and first.json()["stored"][0]["seq"] == 1
     again = post(client, {"session_id": "s", "agent_id": "a", "message": one("user", "again")})
-    assert again.status_code == 200 and again.json()["skipped"] is True and again.json()["stored"] == []
+    assert (
+        again.status_code == 200
+        and again.json()["skipped"] is True
+        and again.json()["stored"] == []
+    )
     slot = Slot.objects.get(user_id=str(users.owner.pk), session_id="s")
     assert list(slot.messages.values_list("seq", flat=True)) == [1]
 
 
 def test_post_batch_stores_as_given(users: Users) -> None:
-    body = {"session_id": "s", "agent_id": "a",
-            "messages": [one("user", "a"), one("user", "b"), one("assistant", "c")]}
+    body = {
+        "session_id": "s",
+        "agent_id": "a",
+        "messages": [one("user", "a"), one("user", "b"), one("assistant", "c")],
+    }
     response = post(client_for(users.owner), body)
     assert response.status_code == 201
     assert [m["seq"] for m in response.json()["stored"]] == [1, 2, 3]
@@ -117,8 +128,11 @@ def test_post_batch_stores_as_given(users: Users) -> None:
 def test_post_crossing_the_trigger_compresses_like_a_python_save(users: Users) -> None:
     slot = fill(users.owner, 42)
     client_for(users.owner).get(f"/api/slots/{slot.pk}/buffer/")  # activates the buffer
-    body = {"session_id": "s1", "agent_id": "a1",
-            "messages": [one("user", f"x{i}") for i in range(40)]}
+    body = {
+        "session_id": "s1",
+        "agent_id": "a1",
+        "messages": [one("user", f"x{i}") for i in range(40)],
+    }
     response = post(client_for(users.owner), body)
     assert response.status_code == 201
     assert response.json()["slot"]["version"] == 2  # activation, then this save
@@ -126,8 +140,12 @@ def test_post_crossing_the_trigger_compresses_like_a_python_save(users: Users) -
 
 
 def test_staff_post_for_another_user(users: Users) -> None:
-    body = {"user_id": str(users.owner.pk), "session_id": "s", "agent_id": "a",
-            "message": one("user", "hi")}
+    body = {
+        "user_id": str(users.owner.pk),
+        "session_id": "s",
+        "agent_id": "a",
+        "message": one("user", "hi"),
+    }
     assert post(client_for(users.staff), body).status_code == 201
     assert Slot.objects.get(session_id="s").user_id == str(users.owner.pk)
 
@@ -156,8 +174,11 @@ def test_compress_failure_is_502_and_logged(users: Users, on_error: str) -> None
 def test_post_with_failing_summarizer_in_raise_mode_keeps_the_message(users: Users) -> None:
     slot = fill(users.owner, 41)
     client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
-    body = {"session_id": "s1", "agent_id": "a1",
-            "messages": [one("user", f"x{i}") for i in range(42)]}
+    body = {
+        "session_id": "s1",
+        "agent_id": "a1",
+        "messages": [one("user", f"x{i}") for i in range(42)],
+    }
     with override_settings(SQUAD_MEMORY={"SUMMARIZER": _failing, "ON_ERROR": "raise"}):
         response = post(client_for(users.owner), body)
     assert response.status_code == 502 and "stored" in response.json()["detail"]
@@ -195,8 +216,13 @@ def test_schema_and_docs_are_served(db: Any) -> None:
     schema = Client().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     paths = schema.json()["paths"]
     assert set(paths) == {
-        "/api/slots/", "/api/slots/{id}/", "/api/slots/{id}/messages/", "/api/slots/{id}/buffer/",
-        "/api/slots/{id}/compress/", "/api/slots/{id}/reset/", "/api/slots/messages/",
+        "/api/slots/",
+        "/api/slots/{id}/",
+        "/api/slots/{id}/messages/",
+        "/api/slots/{id}/buffer/",
+        "/api/slots/{id}/compress/",
+        "/api/slots/{id}/reset/",
+        "/api/slots/messages/",
         "/api/sessions/{session_id}/history/",
     }
     for operations in paths.values():

@@ -1,0 +1,49 @@
+"""Permissions of the API: reading needs only a login, writing needs a model permission.
+
+- Reading (``GET``): any authenticated user, for the slots they own (see
+  :mod:`squad_memory.api.access`); staff read every slot. Ownership is the read
+  permission, so a chat frontend needs no extra grants to show a user their
+  conversations.
+- Posting messages: the ``squad_memory.add_message`` permission.
+- Compressing or resetting a buffer: the ``squad_memory.change_slot`` permission.
+
+Another user's slot answers 404 whatever the permissions, so nothing tells a
+user which slots exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.request import Request
+
+POST_PERMISSION = "squad_memory.add_message"
+MANAGE_PERMISSION = "squad_memory.change_slot"
+
+
+class SlotAccess(BasePermission):
+    """Authenticated users read; writes need the permission the view names for its action.
+
+    A view names it in ``write_permissions``: a dict from action name (or, for a
+    plain view, the HTTP method in lower case) to a ``app_label.codename`` string.
+    An unsafe request whose action names none is refused.
+    """
+
+    message = "You do not have permission to change conversations."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        if request.method in SAFE_METHODS:
+            return True
+        needed = required_permission(view, request)
+        return needed is not None and bool(user.has_perm(needed))
+
+
+def required_permission(view: Any, request: Request) -> str | None:
+    """The permission a write through ``view`` needs, or None if the view names none."""
+    mapping: dict[str, str] = getattr(view, "write_permissions", {})
+    action = getattr(view, "action", None) or (request.method or "").lower()
+    return mapping.get(action)

@@ -1,0 +1,57 @@
+"""OpenAPI descriptions shared by the views: the error responses every endpoint documents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework.serializers import Serializer
+
+from squad_memory.api.serializers import ID_PATTERN, ErrorSerializer
+
+SLOT_ID = OpenApiParameter(
+    "id", {"type": "integer", "minimum": 1}, OpenApiParameter.PATH, description="The slot's id."
+)
+SESSION_ID = OpenApiParameter(
+    "session_id",
+    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": ID_PATTERN},
+    OpenApiParameter.PATH,
+    description="The session id (percent-encode a slash as %2F).",
+)
+
+ERRORS: dict[int, OpenApiResponse] = {
+    400: OpenApiResponse(
+        OpenApiTypes.OBJECT,
+        description="Invalid input: an object mapping each bad field (or non_field_errors) "
+        'to its errors; malformed JSON gives {"detail": ...}.',
+    ),
+    401: OpenApiResponse(ErrorSerializer, description="Not authenticated."),
+    403: OpenApiResponse(ErrorSerializer, description="Authenticated, but without the permission."),
+    404: OpenApiResponse(
+        ErrorSerializer, description="No such slot, not one of yours, or an invalid cursor."
+    ),
+    413: OpenApiResponse(ErrorSerializer, description="The request body is too large."),
+    415: OpenApiResponse(ErrorSerializer, description="The body is not application/json."),
+    502: OpenApiResponse(
+        ErrorSerializer,
+        description="The summarizer failed; anything the request stored stays stored.",
+    ),
+}
+
+
+def errors(success: dict[int, Any], *codes: int) -> dict[int, Any]:
+    """``success`` responses plus the documented errors ``codes``."""
+    responses: dict[int, Any] = dict(success)
+    for code in codes:
+        responses[code] = ERRORS[code]
+    if 400 in codes and 413 in codes:
+        responses[415] = ERRORS[415]
+    return responses
+
+
+def skipped(serializer: type[Serializer[Any]]) -> OpenApiResponse:
+    """The answer to a single message skipped by the role rule (nothing stored)."""
+    return OpenApiResponse(
+        serializer, description="Nothing stored: the message repeated the last role."
+    )

@@ -1,0 +1,252 @@
+"""Serializers: every field a client sends is validated here, before anything is stored."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from squad_memory.conf import app_settings
+from squad_memory.messages import ROLES
+from squad_memory.models import Message, Slot
+
+#: Nesting depth allowed inside a message's content and citations.
+MAX_DEPTH = 32
+
+
+#: Characters an id may not contain: C0 and C1 control characters, DEL, and surrogates.
+FORBIDDEN_ID_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+#: The same rule for the OpenAPI schema.
+ID_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f\\ud800-\\udfff]+$"
+
+
+def check_id(value: str) -> None:
+    """An id is 1..MAX_ID_LENGTH characters, none a control character or a lone surrogate."""
+    limit = app_settings.max_id_length
+    if not value:
+        raise serializers.ValidationError("Must not be empty.")
+    if len(value) > limit:
+        raise serializers.ValidationError(f"Must be at most {limit} characters long.")
+    if FORBIDDEN_ID_CHARS.search(value):
+        raise serializers.ValidationError(
+            "Must not contain control characters (NUL, tab, newline...) or lone surrogates."
+        )
+
+
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": 255, "pattern": ID_PATTERN})
+class IdField(serializers.CharField):
+    """A ``user_id``, ``session_id`` or ``agent_id``, kept exactly as sent (no trimming)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        kwargs.setdefault("max_length", 255)  # the column; the live limit is checked below
+        super().__init__(**kwargs)
+        self.validators.append(check_id)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+def check_json(value: Any) -> None:
+    """Reject what a database cannot store in JSON: NUL, lone surrogates, deep nesting."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise serializers.ValidationError(f"Must not be nested deeper than {MAX_DEPTH} levels.")
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                _check_text(str(key))
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+
+
+def _check_text(text: str) -> None:
+    if "\x00" in text:
+        raise serializers.ValidationError("Strings must not contain NUL characters.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise serializers.ValidationError("Strings must not contain lone surrogates.") from exc
+
+
+class MessageInSerializer(serializers.Serializer[dict[str, Any]]):
+    """One conversation message as a client sends it."""
+
+    role = serializers.ChoiceField(choices=list(ROLES))
+    content = serializers.ListField(
+        child=serializers.DictField(allow_empty=False),
+        allow_empty=False,
+        min_length=1,
+        help_text='Content blocks, e.g. [{"text": "Hello"}].',
+    )
+    citations = serializers.ListField(
+        child=serializers.JSONField(), required=False, allow_null=True, allow_empty=True
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        check_json([attrs["content"], attrs.get("citations")])
+        size = len(json.dumps(attrs, ensure_ascii=False).encode("utf-8"))
+        limit = app_settings.max_message_bytes
+        if size > limit:
+            raise serializers.ValidationError(
+                f"The message is {size} bytes of JSON; the limit is {limit}."
+            )
+        return {
+            "role": attrs["role"],
+            "content": attrs["content"],
+            "citations": attrs.get("citations"),
+        }
+
+
+class PostMessagesSerializer(serializers.Serializer[dict[str, Any]]):
+    """``message`` (one, with the role rule) or ``messages`` (a batch, stored as given)."""
+
+    user_id = IdField(required=False, help_text="Staff only; defaults to the requesting user's.")
+    session_id = IdField()
+    agent_id = IdField()
+    message = MessageInSerializer(required=False)
+    messages = MessageInSerializer(many=True, required=False, allow_empty=False)
+    max_history_size = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=1_000_000,
+        help_text="As in save_chat_message: keep only the newest messages visible.",
+    )
+
+    def validate_messages(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        limit = app_settings.max_batch_size
+        if len(value) > limit:
+            raise serializers.ValidationError(f"A batch holds at most {limit} messages.")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("message" in attrs) == ("messages" in attrs):
+            raise serializers.ValidationError("Send exactly one of 'message' and 'messages'.")
+        return attrs
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, dict) and isinstance(data.get("messages"), list):
+            limit = app_settings.max_batch_size
+            if len(data["messages"]) > limit:  # before validating thousands of items
+                raise serializers.ValidationError(
+                    {"messages": [f"A batch holds at most {limit} messages."]}
+                )
+        return dict(super().to_internal_value(data))
+
+
+class SlotFilterSerializer(serializers.Serializer[dict[str, Any]]):
+    """Query parameters of the slot list."""
+
+    session_id = IdField(required=False)
+    agent_id = IdField(required=False)
+    user_id = IdField(required=False, help_text="Staff only; others see their own slots anyway.")
+
+
+class UserQuerySerializer(serializers.Serializer[dict[str, Any]]):
+    user_id = IdField(required=False, help_text="Staff only; defaults to the requesting user's.")
+
+
+class BufferQuerySerializer(serializers.Serializer[dict[str, Any]]):
+    max_history_size = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1_000_000,
+        help_text="As in fetch_chat: return only the newest messages.",
+    )
+
+
+class SlotSerializer(serializers.ModelSerializer[Slot]):
+    """A slot and the state of its summary buffer."""
+
+    message_count = serializers.IntegerField(read_only=True, help_text="Raw messages accepted.")
+    buffer_length = serializers.IntegerField(read_only=True, help_text="Length of the buffer.")
+    state = serializers.ChoiceField(
+        choices=["inactive", "active", "pending", "failed"], read_only=True
+    )
+
+    class Meta:
+        model = Slot
+        fields = [
+            "id",
+            "user_id",
+            "session_id",
+            "agent_id",
+            "created_at",
+            "updated_at",
+            "message_count",
+            "buffer_length",
+            "state",
+            "active",
+            "last_role",
+            "visible_from_seq",
+            "covered_seq",
+            "version",
+            "pending_since",
+            "last_failed",
+        ]
+        read_only_fields = fields
+
+
+class ContentMessageSerializer(serializers.Serializer[dict[str, Any]]):
+    """A message of a buffer or a merged history: role, content blocks, citations."""
+
+    role = serializers.CharField()
+    content = serializers.ListField(child=serializers.DictField())
+    citations = serializers.ListField(child=serializers.JSONField(), allow_null=True)
+
+
+class MessageSerializer(serializers.ModelSerializer[Message]):
+    """A raw message; ``trimmed`` when ``max_history_size`` has hidden it from the views."""
+
+    trimmed = serializers.SerializerMethodField()
+    content = serializers.ListField(child=serializers.DictField())
+    citations = serializers.ListField(child=serializers.JSONField(), allow_null=True)
+
+    class Meta:
+        model = Message
+        fields = ["seq", "role", "content", "citations", "timestamp", "trimmed"]
+        read_only_fields = fields
+
+    def get_trimmed(self, message: Message) -> bool:
+        return bool(message.seq < self.context["slot"].visible_from_seq)
+
+
+class BufferSerializer(serializers.Serializer[dict[str, Any]]):
+    slot = serializers.IntegerField()
+    active = serializers.BooleanField(help_text="False: the buffer is the visible raw history.")
+    messages = ContentMessageSerializer(many=True)
+
+
+class HistorySerializer(serializers.Serializer[dict[str, Any]]):
+    user_id = serializers.CharField()
+    session_id = serializers.CharField()
+    messages = ContentMessageSerializer(many=True)
+
+
+class PostResultSerializer(serializers.Serializer[dict[str, Any]]):
+    slot = SlotSerializer()
+    stored = MessageSerializer(many=True, help_text="The messages stored, with their seq.")
+    skipped = serializers.BooleanField(help_text="True: the message repeated the last role.")
+
+
+class CompressResultSerializer(serializers.Serializer[dict[str, Any]]):
+    outcome = serializers.ChoiceField(
+        choices=["applied", "stale", "skipped", "failed", "queued", "pending"],
+        help_text="queued: handed to a worker; pending: another compression is under way.",
+    )
+    error = serializers.CharField(required=False)
+    slot = SlotSerializer()
+
+
+class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
+    detail = serializers.CharField()

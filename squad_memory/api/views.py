@@ -1,0 +1,275 @@
+"""API views. Every read and write goes through the same storage code as Python callers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from agent_squad.types import ConversationMessage
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+import squad_memory
+from squad_memory import buffer
+from squad_memory.api import access, schema
+from squad_memory.api.pagination import MessageCursorPagination, SlotCursorPagination
+from squad_memory.api.parsers import LimitedJSONParser
+from squad_memory.api.permissions import MANAGE_PERMISSION, POST_PERMISSION, SlotAccess
+from squad_memory.api.renderers import SafeJSONRenderer
+from squad_memory.api.serializers import (
+    BufferQuerySerializer,
+    BufferSerializer,
+    CompressResultSerializer,
+    HistorySerializer,
+    MessageSerializer,
+    PostMessagesSerializer,
+    PostResultSerializer,
+    SlotFilterSerializer,
+    SlotSerializer,
+    UserQuerySerializer,
+    check_id,
+)
+from squad_memory.exceptions import InvalidMessage, InvalidSlotKey, SummarizerError
+from squad_memory.models import Message, Slot
+from squad_memory.storage import SummarizingChatStorage
+
+SLOT_ID = re.compile(r"[0-9]{1,18}")
+
+
+def storage() -> SummarizingChatStorage:
+    """The storage the API reads and writes through (``squad_memory.get_storage()``)."""
+    return squad_memory.get_storage()
+
+
+def as_dicts(messages: list[ConversationMessage]) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": str(m.role),
+            "content": m.content or [],
+            "citations": getattr(m, "citations", None),
+        }
+        for m in messages
+    ]
+
+
+@contextmanager
+def bad_key_as_400() -> Iterator[None]:
+    """A slot key the storage refuses (stored before a stricter limit) is the client's 400."""
+    try:
+        yield
+    except InvalidSlotKey as exc:
+        raise ValidationError({"non_field_errors": [str(exc)]}) from exc
+
+
+def bad_gateway(detail: str) -> Response:
+    """The summarizer (an upstream service) failed; what was stored stays stored."""
+    return Response({"detail": detail}, status=status.HTTP_502_BAD_GATEWAY)
+
+
+def query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
+    """Validated query parameters (400 with field errors otherwise)."""
+    serializer = serializer_class(data=request.query_params.dict())
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def user_id_param(request: Request, given: str | None) -> str:
+    """The ``user_id`` a request acts for; naming another user's is for staff only."""
+    if given is None:
+        return access.user_id_for(request.user)
+    if not access.may_act_as(request.user, given):
+        raise PermissionDenied("Only staff may name another user's user_id.")
+    return given
+
+
+class ApiMixin(APIView):
+    permission_classes = [SlotAccess]
+    parser_classes = [LimitedJSONParser]
+    renderer_classes = [SafeJSONRenderer]
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List slots",
+        parameters=[SlotFilterSerializer],
+        responses=schema.errors({200: SlotSerializer(many=True)}, 400, 401, 403, 404),
+    ),
+    retrieve=extend_schema(
+        summary="Read a slot",
+        parameters=[schema.SLOT_ID],
+        responses=schema.errors({200: SlotSerializer}, 401, 403, 404),
+    ),
+)
+class SlotViewSet(
+    ApiMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet[Slot],
+):
+    """Slots (one conversation of one agent) the requesting user may see."""
+
+    serializer_class = SlotSerializer
+    pagination_class = SlotCursorPagination
+    lookup_value_regex = "[^/]+"  # anything, so a bad id gets this API's JSON 404
+    write_permissions = {
+        "post_messages": POST_PERMISSION,
+        "compress": MANAGE_PERMISSION,
+        "reset": MANAGE_PERMISSION,
+    }
+
+    def get_object(self) -> Slot:
+        if not SLOT_ID.fullmatch(str(self.kwargs.get("pk", ""))):
+            raise NotFound()
+        return super().get_object()
+
+    def get_queryset(self) -> QuerySet[Slot]:
+        slots = access.visible_slots(self.request.user, storage().namespace)
+        if self.action == "list":
+            slots = slots.filter(**query(SlotFilterSerializer, self.request))
+        return slots
+
+    @extend_schema(
+        summary="Raw messages of a slot",
+        parameters=[schema.SLOT_ID],
+        description="Every accepted message by sequence number, trimmed ones flagged; "
+        "cursor-paginated (no total count).",
+        responses=schema.errors({200: MessageSerializer(many=True)}, 400, 401, 403, 404),
+    )
+    @action(detail=True, methods=["get"], pagination_class=MessageCursorPagination)
+    def messages(self, request: Request, pk: str | None = None) -> Response:
+        slot = self.get_object()
+        rows: Any = Message.objects.filter(slot_id=slot.pk)  # a queryset of another model
+        page = self.paginate_queryset(rows)
+        data = MessageSerializer(page, many=True, context={"slot": slot}).data
+        return self.get_paginated_response(data)
+
+    @extend_schema(
+        summary="The buffer of a slot",
+        description="What fetch_chat returns: the summary followed by the newer messages, "
+        "or the visible history while the buffer is inactive.",
+        parameters=[schema.SLOT_ID, BufferQuerySerializer],
+        responses=schema.errors({200: BufferSerializer}, 400, 401, 403, 404),
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def buffer(self, request: Request, pk: str | None = None) -> Response:
+        slot = self.get_object()
+        size = query(BufferQuerySerializer, request).get("max_history_size")
+        with bad_key_as_400():
+            messages = storage().fetch_chat_sync(slot.user_id, slot.session_id, slot.agent_id, size)
+        data = {"slot": slot.pk, "active": bool(slot.active), "messages": as_dicts(messages)}
+        return Response(BufferSerializer(data).data)
+
+    @extend_schema(
+        summary="Post a message or a batch",
+        description="message: one message with the role rule of save_chat_message (a message "
+        "repeating the last role is skipped). messages: a batch stored as given, like "
+        "save_chat_messages. A rejected request stores nothing.",
+        request=PostMessagesSerializer,
+        responses=schema.errors(
+            {201: PostResultSerializer, 200: schema.skipped(PostResultSerializer)},
+            400,
+            401,
+            403,
+            413,
+            502,
+        ),
+    )
+    @action(detail=False, methods=["post"], url_path="messages", pagination_class=None)
+    def post_messages(self, request: Request) -> Response:
+        serializer = PostMessagesSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        user_id = user_id_param(request, data.get("user_id"))
+        single = "message" in data
+        try:
+            result = storage().save_messages_detailed(
+                user_id,
+                data["session_id"],
+                data["agent_id"],
+                [data["message"]] if single else data["messages"],
+                check_role=single,
+                max_history_size=data.get("max_history_size"),
+            )
+        except (InvalidSlotKey, InvalidMessage) as exc:
+            raise ValidationError({"non_field_errors": [str(exc)]}) from exc
+        except SummarizerError as exc:
+            return bad_gateway(f"The messages were stored, but the summarizer failed: {exc}")
+        result.slot.refresh_from_db()
+        body = {"slot": result.slot, "stored": result.rows, "skipped": result.skipped}
+        code = status.HTTP_200_OK if result.skipped else status.HTTP_201_CREATED
+        return Response(PostResultSerializer(body, context={"slot": result.slot}).data, status=code)
+
+    @extend_schema(
+        summary="Compress the buffer now",
+        parameters=[schema.SLOT_ID],
+        description="Activates the buffer if needed and summarizes it whatever its length. "
+        "202 when handed to a worker (Celery mode).",
+        request=None,
+        responses=schema.errors(
+            {200: CompressResultSerializer, 202: CompressResultSerializer}, 401, 403, 404, 502
+        ),
+    )
+    @action(detail=True, methods=["post"], pagination_class=None)
+    def compress(self, request: Request, pk: str | None = None) -> Response:
+        slot = self.get_object()
+        mode = storage().mode
+        try:
+            with bad_key_as_400():
+                outcome = storage().compress_now(slot.user_id, slot.session_id, slot.agent_id)
+        except SummarizerError as exc:
+            return bad_gateway(f"The summarizer failed: {exc}")
+        if outcome is not None and outcome.error is not None:
+            return bad_gateway(f"The summarizer failed: {outcome.error}")
+        slot.refresh_from_db()
+        name = outcome.outcome if outcome else ("queued" if mode == "celery" else "pending")
+        code = status.HTTP_202_ACCEPTED if name == "queued" else status.HTTP_200_OK
+        return Response(
+            CompressResultSerializer({"outcome": str(name), "slot": slot}).data, status=code
+        )
+
+    @extend_schema(
+        summary="Reset the buffer",
+        parameters=[schema.SLOT_ID],
+        description="Drops the summary and any pending compression; the raw history stays.",
+        request=None,
+        responses=schema.errors({200: SlotSerializer}, 401, 403, 404),
+    )
+    @action(detail=True, methods=["post"], pagination_class=None)
+    def reset(self, request: Request, pk: str | None = None) -> Response:
+        slot = self.get_object()
+        buffer.reset(slot.pk)
+        slot.refresh_from_db()
+        return Response(SlotSerializer(slot).data)
+
+
+class SessionHistoryView(ApiMixin, APIView):
+    """A session's merged history of every agent, the same as ``fetch_all_chats``."""
+
+    @extend_schema(
+        summary="Merged history of a session",
+        description="Every agent's visible messages of the session by time; assistant text "
+        "is prefixed with [agent_id]. Staff may pass ?user_id=.",
+        parameters=[schema.SESSION_ID, UserQuerySerializer],
+        responses=schema.errors({200: HistorySerializer}, 400, 401, 403, 404),
+    )
+    def get(self, request: Request, session_id: str) -> Response:
+        try:
+            check_id(session_id)
+        except ValidationError as exc:
+            raise ValidationError({"session_id": exc.detail}) from exc
+        given = query(UserQuerySerializer, request).get("user_id")
+        if given is not None and not access.may_act_as(request.user, given):
+            raise NotFound()
+        user_id = given or access.user_id_for(request.user)
+        with bad_key_as_400():
+            messages = storage().fetch_all_chats_sync(user_id, session_id)
+        data = {"user_id": user_id, "session_id": session_id, "messages": as_dicts(messages)}
+        return Response(HistorySerializer(data).data)

@@ -1,0 +1,71 @@
+"""The number of SQL queries per request does not grow with the history's length."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from squad_memory.models import Slot
+from tests.api_support import Users, client_for, fill, one, post
+
+pytest_plugins = ["tests.api_fixtures"]
+
+Request = Callable[[Any, Slot], Any]
+
+REQUESTS: list[tuple[str, Request]] = [
+    ("list", lambda c, s: c.get("/api/slots/", {"session_id": s.session_id})),
+    ("retrieve", lambda c, s: c.get(f"/api/slots/{s.pk}/")),
+    ("messages", lambda c, s: c.get(f"/api/slots/{s.pk}/messages/")),
+    ("messages newest", lambda c, s: c.get(f"/api/slots/{s.pk}/messages/?ordering=-seq")),
+    ("buffer", lambda c, s: c.get(f"/api/slots/{s.pk}/buffer/")),
+    ("history", lambda c, s: c.get(f"/api/sessions/{s.session_id}/history/")),
+    (
+        "post one",
+        lambda c, s: post(
+            c, {"session_id": s.session_id, "agent_id": "a1", "message": one("user", "q")}
+        ),
+    ),
+    (
+        "post batch",
+        lambda c, s: post(
+            c,
+            {
+                "session_id": s.session_id,
+                "agent_id": "a1",
+                "messages": [one("user", "q"), one("assistant", "r")],
+            },
+        ),
+    ),
+    ("reset", lambda c, s: c.post(f"/api/slots/{s.pk}/reset/")),
+]
+
+
+def _queries(count_queries: Any, client: Any, slot: Slot, request: Request) -> int:
+    client.get(f"/api/slots/{slot.pk}/buffer/")  # steady state: the buffer is active if due
+    with count_queries() as counter:
+        response = request(client, slot)
+    assert response.status_code in (200, 201), response.content[:300]
+    return int(counter.count)
+
+
+@pytest.mark.parametrize(("name", "request_"), REQUESTS, ids=[r[0] for r in REQUESTS])
+def test_queries_do_not_grow_with_history(
+    users: Users, count_queries: Any, name: str, request_: Request
+) -> None:
+    client = client_for(users.owner)
+    short = fill(users.owner, 10, session="short")
+    long = fill(users.owner, 2000, session="long")
+    small, big = (_queries(count_queries, client, s, request_) for s in (short, long))
+    assert small == big, f"{name}: {small} queries at 10 messages, {big} at 2,000"
+    assert big <= 12, f"{name}: {big} queries"
+
+
+def test_buffer_read_after_activation_is_constant(users: Users, count_queries: Any) -> None:
+    client = client_for(users.owner)
+    slot = fill(users.owner, 2000)
+    client.post(f"/api/slots/{slot.pk}/compress/")
+    with count_queries() as counter:
+        body = client.get(f"/api/slots/{slot.pk}/buffer/").json()
+    assert len(body["messages"]) < 10 and counter.count <= 6
