@@ -124,6 +124,24 @@ def release(slot_id: int, token: str, *, failed: bool) -> bool:
     return Slot.objects.filter(pk=slot_id, pending_token=token).update(**fields) == 1
 
 
+def reset(slot_id: int) -> bool:
+    """Deactivate a slot's buffer: drop the summary and any pending claim; raw history stays.
+
+    A compression in flight loses its claim, so its compare-and-swap fails and it
+    is logged as stale. The next fetch or save decides afresh whether to activate.
+    """
+    return Slot.objects.filter(pk=slot_id).update(
+        active=False,
+        summary=[],
+        summary_length=0,
+        covered_seq=0,
+        pending_since=None,
+        pending_token="",
+        last_failed=False,
+        updated_at=timezone.now(),
+    ) == 1
+
+
 def _log(
     snap: Snapshot,
     summarizer: Summarizer,

@@ -23,18 +23,30 @@ T0 = 1_700_000_000_000
 SCRIPT = "<script>alert('x')</script>"
 
 
-def make_slot(n: int, *, agent: str = "a", user: str = "u", session: str = "s", **fields: Any) -> Slot:
+def make_slot(
+    n: int, *, agent: str = "a", user: str = "u", session: str = "s", **fields: Any
+) -> Slot:
     """A slot with ``n`` raw messages (q1, a2, q3, ...), written fast with bulk_create."""
     summary = fields.pop("summary", [])
     slot = Slot.objects.create(
-        user_id=user, session_id=session, agent_id=agent, last_seq=n,
+        user_id=user,
+        session_id=session,
+        agent_id=agent,
+        last_seq=n,
         last_role="assistant" if n % 2 == 0 else "user",
-        summary=summary, summary_length=len(summary), **fields,
+        summary=summary,
+        summary_length=len(summary),
+        **fields,
     )
     Message.objects.bulk_create(
         [
-            Message(slot=slot, seq=i, role="user" if i % 2 else "assistant",
-                    content=[{"text": f"{'q' if i % 2 else 'a'}{i}"}], timestamp=T0 + i * 1000)
+            Message(
+                slot=slot,
+                seq=i,
+                role="user" if i % 2 else "assistant",
+                content=[{"text": f"{'q' if i % 2 else 'a'}{i}"}],
+                timestamp=T0 + i * 1000,
+            )
             for i in range(1, n + 1)
         ],
         batch_size=1000,
@@ -45,10 +57,15 @@ def make_slot(n: int, *, agent: str = "a", user: str = "u", session: str = "s", 
 def log_compression(slot: Slot, **fields: Any) -> Compression:
     now = timezone.now()
     values: dict[str, Any] = {
-        "started_at": now, "finished_at": now, "duration_ms": 12, "from_seq": 1, "to_seq": 4,
+        "started_at": now,
+        "finished_at": now,
+        "duration_ms": 12,
+        "from_seq": 1,
+        "to_seq": 4,
         "input": [{"role": "user", "content": [{"text": "q1"}]}],
         "output": [{"role": "user", "content": [{"text": "SUMMARY-TEXT"}]}],
-        "summarizer": "tests.summarize", "outcome": "applied",
+        "summarizer": "tests.summarize",
+        "outcome": "applied",
     }
     values.update(fields)
     return Compression.objects.create(slot=slot, **values)
@@ -109,7 +126,9 @@ def test_slot_list_shows_counts_state_labels_and_activity(admin_client: Client) 
     assert "namespace" not in page.lower().split("<tbody")[0].split("<thead")[-1]
 
 
-@pytest.mark.parametrize(("state", "agent"), [("active", "b"), ("pending", "c"), ("failed", "d"), ("inactive", "a")])
+@pytest.mark.parametrize(
+    ("state", "agent"), [("active", "b"), ("pending", "c"), ("failed", "d"), ("inactive", "a")]
+)
 def test_slot_list_filters_by_state(admin_client: Client, state: str, agent: str) -> None:
     make_slot(2, agent="a")
     make_slot(2, agent="b", active=True)
@@ -131,10 +150,19 @@ def test_slot_list_filters_by_agent_and_date_and_searches_ids(admin_client: Clie
     year = timezone.now().year
     dated = admin_client.get(url("slot_changelist"), {"updated_at__year": year})
     assert len(dated.context["cl"].result_list) == 2
-    assert len(admin_client.get(url("slot_changelist"), {"updated_at__year": year - 3}).context["cl"].result_list) == 0
+    assert (
+        len(
+            admin_client.get(url("slot_changelist"), {"updated_at__year": year - 3})
+            .context["cl"]
+            .result_list
+        )
+        == 0
+    )
 
 
-def test_slot_list_shows_namespace_only_when_a_foreign_store_has_slots(admin_client: Client) -> None:
+def test_slot_list_shows_namespace_only_when_a_foreign_store_has_slots(
+    admin_client: Client,
+) -> None:
     make_slot(2)
     assert "column-namespace" not in admin_client.get(url("slot_changelist")).content.decode()
     make_slot(2, agent="f", namespace="InMemoryChatStorage")
@@ -142,7 +170,9 @@ def test_slot_list_shows_namespace_only_when_a_foreign_store_has_slots(admin_cli
     assert "column-namespace" in page and "InMemoryChatStorage" in page
 
 
-def test_slot_list_queries_do_not_grow_with_the_slots(admin_client: Client, count_queries: Any) -> None:
+def test_slot_list_queries_do_not_grow_with_the_slots(
+    admin_client: Client, count_queries: Any
+) -> None:
     def queries() -> int:
         with count_queries() as counter:
             assert admin_client.get(url("slot_changelist")).status_code == 200
@@ -166,7 +196,9 @@ def test_slot_page_shows_raw_history_buffer_and_compression_log(admin_client: Cl
     assert 'id="raw-history"' in page and 'id="buffer"' in page and 'id="compression-log"' in page
     assert page.count("sm-badge-covered") == 8 + 1  # messages 1..8, and the legend
     buffer_pane = page.split('id="buffer"')[1].split('id="compression-log"')[0]
-    assert "Summary, covering raw messages up to #8" in buffer_pane and "SUMMARY-TEXT" in buffer_pane
+    assert (
+        "Summary, covering raw messages up to #8" in buffer_pane and "SUMMARY-TEXT" in buffer_pane
+    )
     assert [f">{t}<" in buffer_pane for t in ("q9", "a10", "q11", "a12")] == [True] * 4
     assert ">q7<" not in buffer_pane
     log = page.split('id="compression-log"')[1]
@@ -177,7 +209,9 @@ def test_slot_page_shows_raw_history_buffer_and_compression_log(admin_client: Cl
 def test_buffer_pane_is_what_fetch_chat_returns(admin_client: Client) -> None:
     store = squad_memory.get_storage()
     for i in range(44):
-        store.save_chat_message_sync("u", "s", "a", msg("user" if i % 2 == 0 else "assistant", f"t{i}"))
+        store.save_chat_message_sync(
+            "u", "s", "a", msg("user" if i % 2 == 0 else "assistant", f"t{i}")
+        )
     fetched = texts(store.fetch_chat_sync("u", "s", "a"))  # 44 > 2 * 20: activates and compresses
     slot = Slot.objects.get()
     assert slot.active and slot.summary_length >= 1
@@ -188,7 +222,9 @@ def test_buffer_pane_is_what_fetch_chat_returns(admin_client: Client) -> None:
     assert len(view.summary) == slot.summary_length
 
 
-def test_inactive_buffer_is_the_visible_history_and_trimmed_are_marked(admin_client: Client) -> None:
+def test_inactive_buffer_is_the_visible_history_and_trimmed_are_marked(
+    admin_client: Client,
+) -> None:
     slot = make_slot(10, visible_from_seq=7)
     response = admin_client.get(url("slot_change", slot.pk))
     page = response.content.decode()
@@ -213,7 +249,9 @@ def test_slot_page_pages_by_sequence_ranges(admin_client: Client) -> None:
     assert admin_client.get(url("slot_change", slot.pk), {"page": "x"}).status_code == 200
 
 
-def test_slot_page_queries_do_not_grow_with_the_history(admin_client: Client, count_queries: Any) -> None:
+def test_slot_page_queries_do_not_grow_with_the_history(
+    admin_client: Client, count_queries: Any
+) -> None:
     def queries(slot: Slot) -> int:
         with count_queries() as counter:
             response = admin_client.get(url("slot_change", slot.pk))
@@ -223,8 +261,9 @@ def test_slot_page_queries_do_not_grow_with_the_history(admin_client: Client, co
 
     short = active_slot(50, covered=40)
     log_compression(short)
-    long = make_slot(5000, agent="long", active=True, covered_seq=4990, summary=short.summary,
-                     version=1)
+    long = make_slot(
+        5000, agent="long", active=True, covered_seq=4990, summary=short.summary, version=1
+    )
     for _ in range(30):
         log_compression(long)
     assert queries(long) == queries(short)
@@ -232,19 +271,50 @@ def test_slot_page_queries_do_not_grow_with_the_history(admin_client: Client, co
 
 def test_tool_use_and_tool_result_blocks_are_readable(admin_client: Client) -> None:
     slot = make_slot(0)
-    Message.objects.bulk_create([
-        Message(slot=slot, seq=1, role="assistant", timestamp=T0, content=[
-            {"text": "Let me look."},
-            {"toolUse": {"toolUseId": "tu-1", "name": "weather", "input": {"city": "Oslo"}}},
-        ]),
-        Message(slot=slot, seq=2, role="user", timestamp=T0, content=[
-            {"toolResult": {"toolUseId": "tu-1", "status": "success",
-                            "content": [{"text": "Sunny, 21C"}, {"json": {"temp": 21}}]}},
-        ]),
-        Message(slot=slot, seq=3, role="assistant", timestamp=T0, content=[
-            {"type": "tool_use", "id": "tu-2", "name": "search", "input": {"q": "fjords"}},
-        ]),
-    ])
+    Message.objects.bulk_create(
+        [
+            Message(
+                slot=slot,
+                seq=1,
+                role="assistant",
+                timestamp=T0,
+                content=[
+                    {"text": "Let me look."},
+                    {
+                        "toolUse": {
+                            "toolUseId": "tu-1",
+                            "name": "weather",
+                            "input": {"city": "Oslo"},
+                        }
+                    },
+                ],
+            ),
+            Message(
+                slot=slot,
+                seq=2,
+                role="user",
+                timestamp=T0,
+                content=[
+                    {
+                        "toolResult": {
+                            "toolUseId": "tu-1",
+                            "status": "success",
+                            "content": [{"text": "Sunny, 21C"}, {"json": {"temp": 21}}],
+                        }
+                    },
+                ],
+            ),
+            Message(
+                slot=slot,
+                seq=3,
+                role="assistant",
+                timestamp=T0,
+                content=[
+                    {"type": "tool_use", "id": "tu-2", "name": "search", "input": {"q": "fjords"}},
+                ],
+            ),
+        ]
+    )
     Slot.objects.filter(pk=slot.pk).update(last_seq=3)
     page = admin_client.get(url("slot_change", slot.pk)).content.decode()
     assert "Tool call: weather (tu-1)" in page and "&quot;city&quot;: &quot;Oslo&quot;" in page
@@ -254,14 +324,26 @@ def test_tool_use_and_tool_result_blocks_are_readable(admin_client: Client) -> N
 
 
 def test_content_is_always_escaped(admin_client: Client) -> None:
-    slot = make_slot(0, agent=SCRIPT, summary=[{"role": "user", "content": [{"text": SCRIPT}]}],
-                     active=True)
-    Message.objects.create(slot=slot, seq=1, role="user", timestamp=T0, content=[
-        {"text": SCRIPT}, {"toolUse": {"toolUseId": SCRIPT, "name": SCRIPT, "input": {"x": SCRIPT}}},
-    ])
+    slot = make_slot(
+        0, agent=SCRIPT, summary=[{"role": "user", "content": [{"text": SCRIPT}]}], active=True
+    )
+    Message.objects.create(
+        slot=slot,
+        seq=1,
+        role="user",
+        timestamp=T0,
+        content=[
+            {"text": SCRIPT},
+            {"toolUse": {"toolUseId": SCRIPT, "name": SCRIPT, "input": {"x": SCRIPT}}},
+        ],
+    )
     Slot.objects.filter(pk=slot.pk).update(last_seq=1)
-    comp = log_compression(slot, input=[{"role": "user", "content": [{"text": SCRIPT}]}],
-                           output=[{"role": "user", "content": [{"text": SCRIPT}]}], error=SCRIPT)
+    comp = log_compression(
+        slot,
+        input=[{"role": "user", "content": [{"text": SCRIPT}]}],
+        output=[{"role": "user", "content": [{"text": SCRIPT}]}],
+        error=SCRIPT,
+    )
     message = Message.objects.get()
     pages = [
         admin_client.get(url("slot_change", slot.pk)),
@@ -333,7 +415,13 @@ def test_export_downloads_history_buffer_and_log(admin_client: Client) -> None:
     assert item["slot"]["user_id"] == "u" and item["state"] == "active"
     assert [m["seq"] for m in item["messages"]] == list(range(1, 13))
     assert [m["trimmed"] for m in item["messages"][:3]] == [True, True, False]
-    assert [m["content"][0]["text"] for m in item["buffer"]] == ["SUMMARY-TEXT", "q9", "a10", "q11", "a12"]
+    assert [m["content"][0]["text"] for m in item["buffer"]] == [
+        "SUMMARY-TEXT",
+        "q9",
+        "a10",
+        "q11",
+        "a12",
+    ]
     assert item["compressions"][0]["output"][0]["content"][0]["text"] == "SUMMARY-TEXT"
 
 
@@ -413,7 +501,11 @@ def test_view_permission_shows_everything_but_no_action(viewer_client: Client) -
     assert viewer_client.get(url("message_changelist")).status_code == 200
     assert viewer_client.get(url("compression_change", comp.pk)).status_code == 200
     slot.refresh_from_db()
-    assert slot.active and slot.trigger_at is None and not Compression.objects.exclude(pk=comp.pk).exists()
+    assert (
+        slot.active
+        and slot.trigger_at is None
+        and not Compression.objects.exclude(pk=comp.pk).exists()
+    )
 
 
 def test_bulk_actions_are_refused_without_change_permission(viewer_client: Client) -> None:
@@ -427,9 +519,14 @@ def test_bulk_actions_are_refused_without_change_permission(viewer_client: Clien
 def test_without_view_permission_everything_is_403(nobody_client: Client) -> None:
     slot = active_slot()
     comp = log_compression(slot)
-    for address in (url("slot_changelist"), url("slot_change", slot.pk), url("slot_summarize", slot.pk),
-                    url("message_changelist"), url("compression_changelist"),
-                    url("compression_change", comp.pk)):
+    for address in (
+        url("slot_changelist"),
+        url("slot_change", slot.pk),
+        url("slot_summarize", slot.pk),
+        url("message_changelist"),
+        url("compression_changelist"),
+        url("compression_change", comp.pk),
+    ):
         assert nobody_client.get(address).status_code == 403, address
 
 
@@ -448,7 +545,10 @@ def test_messages_and_compressions_are_read_only(admin_client: Client) -> None:
     assert message is not None
     assert admin_client.get(url("message_add")).status_code == 403
     assert admin_client.get(url("compression_add")).status_code == 403
-    assert admin_client.post(url("message_change", message.pk), {"role": "assistant"}).status_code == 403
+    assert (
+        admin_client.post(url("message_change", message.pk), {"role": "assistant"}).status_code
+        == 403
+    )
     assert admin_client.post(url("message_delete", message.pk), {"post": "yes"}).status_code == 403
     assert admin_client.post(url("compression_delete", comp.pk), {"post": "yes"}).status_code == 403
     assert admin_client.get(url("slot_add")).status_code == 403
@@ -474,3 +574,18 @@ def test_action_results_name_the_outcome() -> None:
     assert actions.reset(slot).ok
     Slot.objects.filter(pk=slot.pk).delete()
     assert not actions.reset(slot).ok
+
+
+def test_summarize_now_in_celery_mode_queues_the_compression(
+    admin_client: Client, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "MODE": "celery"}
+    slot = make_slot(20)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = admin_client.post(url("slot_summarize", slot.pk), follow=True)
+    assert "queued" in response.content.decode()
+    assert len(callbacks) == 1  # the publish to the broker, after the commit
+    slot.refresh_from_db()
+    assert slot.state == "pending" and slot.active and not Compression.objects.exists()
+    page = admin_client.get(url("slot_changelist"), {"state": "pending"})
+    assert [s.pk for s in page.context["cl"].result_list] == [slot.pk]

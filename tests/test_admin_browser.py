@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 
 import squad_memory
 from squad_memory.models import Message, Slot
@@ -19,16 +19,23 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 T0 = 1_700_000_000_000
 
 
 @pytest.fixture
 def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    chromium = shutil.which("chromium") or str(CHROMIUM)
-    require(Path(chromium).exists(), f"Chromium is not installed ({CHROMIUM}); apt-get install chromium")
+    chromium = str(CHROMIUM)
+    require(
+        Path(chromium).exists(), f"Chromium is not installed ({CHROMIUM}); apt-get install chromium"
+    )
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -42,22 +49,35 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+            # ORM calls made while Playwright's loop runs get their own connections
+            # (asgiref's context-local storage); close them, or they block the test
+            # database's teardown on PostgreSQL.
+            connections.close_all()
 
 
 def long_active_slot() -> Slot:
     """240 raw messages; the first 230 summarized once, 10 saved since through the storage."""
-    slot = Slot.objects.create(user_id="alice", session_id="s1", agent_id="support", last_seq=230,
-                               last_role="assistant")
-    Message.objects.bulk_create([
-        Message(slot=slot, seq=i, role="user" if i % 2 else "assistant", timestamp=T0 + i * 1000,
-                content=[{"text": f"{'question' if i % 2 else 'answer'} {i}"}])
-        for i in range(1, 231)
-    ])
+    slot = Slot.objects.create(
+        user_id="alice", session_id="s1", agent_id="support", last_seq=230, last_role="assistant"
+    )
+    Message.objects.bulk_create(
+        [
+            Message(
+                slot=slot,
+                seq=i,
+                role="user" if i % 2 else "assistant",
+                timestamp=T0 + i * 1000,
+                content=[{"text": f"{'question' if i % 2 else 'answer'} {i}"}],
+            )
+            for i in range(1, 231)
+        ]
+    )
     store = squad_memory.get_storage()
     store.fetch_chat_sync("alice", "s1", "support")  # over the threshold: activates, compresses
     for i in range(231, 241):
-        store.save_chat_message_sync("alice", "s1", "support",
-                                     msg("user" if i % 2 else "assistant", f"later {i}"))
+        store.save_chat_message_sync(
+            "alice", "s1", "support", msg("user" if i % 2 else "assistant", f"later {i}")
+        )
     slot.refresh_from_db()
     assert slot.active and slot.covered_seq == 230 and slot.last_seq == 240
     return slot
@@ -79,13 +99,11 @@ def test_operator_reads_a_slot_and_summarizes_it(browser: Any, live_server: Any)
     page.screenshot(path=str(ARTIFACTS / "admin-slot-list.png"), full_page=True)
 
     row.locator("th a").click()
-    print(page.evaluate("""() => { let e = document.getElementById('raw-history'); const out = [];
-      while (e) { const cs = getComputedStyle(e); const r = e.getBoundingClientRect();
-        out.push([e.tagName, e.id, e.className, cs.display, cs.visibility, r.width, r.height]); e = e.parentElement; }
-      return JSON.stringify(out); }"""))
+    page.wait_for_url("**/change/")
     page.wait_for_selector("#raw-history")
     assert page.locator("#raw-history .sm-msg").count() == 40  # last page: messages 201..240
-    assert page.locator("#raw-history .sm-range").first.inner_text() == "Messages #201–#240 of 240"
+    shown_range = page.locator("#raw-history .sm-range").first.inner_text()
+    assert shown_range == "Messages #201\u2013#240 of 240"
     assert page.locator("#raw-history .sm-badge-covered").count() == 30 + 1  # 201..230, legend
     summary = page.locator("#buffer .sm-summary")
     assert summary.is_visible() and "covering raw messages up to #230" in summary.inner_text()

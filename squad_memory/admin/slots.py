@@ -1,0 +1,203 @@
+"""The slot admin: the list of conversations and the slot page (raw history beside the buffer)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
+
+from squad_memory.admin import transcript
+from squad_memory.admin.slot_actions import SlotActionsAdmin
+from squad_memory.models import Slot
+
+STATE_LABELS = {
+    "inactive": _("not active"),
+    "active": _("active"),
+    "pending": _("compression pending"),
+    "failed": _("last compression failed"),
+}
+
+_PENDING = Q(pending_since__isnull=False)
+STATE_QUERIES = {
+    "pending": _PENDING,
+    "failed": ~_PENDING & Q(last_failed=True),
+    "active": ~_PENDING & Q(last_failed=False, active=True),
+    "inactive": ~_PENDING & Q(last_failed=False, active=False),
+}
+
+
+class StateFilter(admin.SimpleListFilter):
+    """Filters slots by their summary state (the same rule as ``Slot.state``)."""
+
+    title = _("summary state")
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return list(STATE_LABELS.items())
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Slot]) -> QuerySet[Slot]:
+        value = self.value()
+        return queryset.filter(STATE_QUERIES[value]) if value in STATE_QUERIES else queryset
+
+
+class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
+    """Only the per-slot overrides are editable; everything else belongs to the storage."""
+
+    class Meta:
+        model = Slot
+        fields = ["trigger_at", "keep_last"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        trigger_at, keep_last = data.get("trigger_at"), data.get("keep_last")
+        if trigger_at is not None and keep_last is not None and keep_last >= trigger_at:
+            raise forms.ValidationError(
+                _(
+                    "Keep last must be smaller than trigger at, or a compression cannot shorten "
+                    "the buffer."
+                )
+            )
+        return data
+
+
+@admin.register(Slot)
+class SlotAdmin(SlotActionsAdmin):
+    """Every conversation, with its raw history and its summary buffer side by side."""
+
+    form = SlotForm
+    actions = ["summarize_selected", "reset_selected", "export_selected"]
+    change_form_template = "admin/squad_memory/slot/change_form.html"
+    list_display = [
+        "user_id",
+        "session_id",
+        "agent_id",
+        "message_count",
+        "buffer_length",
+        "state_label",
+        "updated_at",
+    ]
+    list_filter = ["agent_id", StateFilter, "updated_at"]
+    search_fields = ["user_id", "session_id", "agent_id"]
+    date_hierarchy = "updated_at"
+    ordering = ["-updated_at", "-id"]
+    list_per_page = 50
+    readonly_fields = [
+        "namespace",
+        "user_id",
+        "session_id",
+        "agent_id",
+        "state_label",
+        "message_count",
+        "buffer_length",
+        "visible_from_seq",
+        "covered_seq",
+        "version",
+        "pending_since",
+        "created_at",
+        "updated_at",
+    ]
+    fieldsets = [
+        (None, {"fields": ["namespace", ("user_id", "session_id", "agent_id")]}),
+        (
+            _("Buffer"),
+            {
+                "fields": [
+                    ("state_label", "message_count", "buffer_length"),
+                    ("covered_seq", "visible_from_seq", "version"),
+                    ("pending_since", "created_at", "updated_at"),
+                ]
+            },
+        ),
+        (
+            _("Per-slot settings"),
+            {"classes": ["collapse"], "fields": [("trigger_at", "keep_last")]},
+        ),
+    ]
+
+    #: Raw messages per page of the transcript.
+    transcript_page_size = 100
+    #: Newest buffer messages shown beside it (older ones are in the raw history).
+    buffer_display_limit = 200
+    #: Newest compressions shown on the slot page (the full log has its own admin).
+    compression_log_limit = 10
+
+    # -- list ----------------------------------------------------------------------------
+    def get_list_display(self, request: HttpRequest) -> list[str | Callable[[Any], str | bool]]:
+        columns = list(super().get_list_display(request))
+        if Slot.objects.exclude(namespace="").exists():
+            columns.insert(0, "namespace")
+        return columns
+
+    @admin.display(description=_("raw messages"), ordering="last_seq")
+    def message_count(self, slot: Slot) -> int:
+        return slot.message_count
+
+    @admin.display(description=_("buffer length"))
+    def buffer_length(self, slot: Slot) -> int:
+        return slot.buffer_length
+
+    @admin.display(description=_("summary state"))
+    def state_label(self, slot: Slot) -> str:
+        return str(STATE_LABELS[slot.state])
+
+    # -- permissions: slots are created by the storage, and the raw history is an audit record
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Slot | None = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: Slot, form: Any, change: bool) -> None:
+        # Never write back counters read at request time: a save may have moved them since.
+        obj.save(update_fields=["trigger_at", "keep_last"])
+
+    # -- slot page -------------------------------------------------------------------------
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Slot | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context.update(self.slot_page_context(request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def slot_page_context(self, request: HttpRequest, slot: Slot) -> dict[str, Any]:
+        """The transcript, the buffer and the compression log (an overridable hook)."""
+        size = self.transcript_page_size
+        number = _int(request.GET.get("page"), 0)
+        seq = _int(request.GET.get("seq"), 0)
+        if seq:
+            number = transcript.page_of(seq, size)
+        page = transcript.raw_page(slot, number or transcript.page_count(slot, size), size)
+        log, more = transcript.compression_log(slot, self.compression_log_limit)
+        return {
+            "slot": slot,
+            "state_label": STATE_LABELS[slot.state],
+            "page": page,
+            "buffer": transcript.buffer_view(slot, self.buffer_display_limit),
+            "compressions": log,
+            "more_compressions": more,
+            "compression_log_url": self._compression_log_url(slot),
+            "slot_actions": self.slot_action_links(request, slot),
+        }
+
+    def _compression_log_url(self, slot: Slot) -> str:
+        url = reverse(f"{self.admin_site.name}:squad_memory_compression_changelist")
+        return f"{url}?slot__id__exact={slot.pk}"
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
