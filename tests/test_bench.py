@@ -26,10 +26,25 @@ pytestmark = pytest.mark.services
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench")
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(out / "results"), "--work", str(out / "work")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--out",
+            str(out / "results"),
+            "--work",
+            str(out / "work"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     results: dict[str, Any] = json.loads((out / "results" / "results.json").read_text())
@@ -41,7 +56,9 @@ def _expected_systems() -> list[tuple[str, tuple[str, ...]]]:
     pg = services.postgres()
     broker = services.redis() or services.celery_app()
     require(pg is None, f"the benchmark's PostgreSQL systems need it: {pg}")
-    require(broker is None, f"the benchmark's Celery mode needs a broker and the Celery app: {broker}")
+    require(
+        broker is None, f"the benchmark's Celery mode needs a broker and the Celery app: {broker}"
+    )
     return [(sid, takes) for sid, _, _, takes in SYSTEMS]
 
 
@@ -81,7 +98,16 @@ def test_query_counts_throughput_and_memory_are_reported(quick_run: dict[str, An
 def test_results_readme_and_plots_are_written(quick_run: dict[str, Any]) -> None:
     out: Path = quick_run["_out"]
     readme = (out / "README.md").read_text()
-    for heading in ("## Machine", "## W1", "## W2", "## W3", "## W4", "## W5", "## W6", "## Targets"):
+    for heading in (
+        "## Machine",
+        "## W1",
+        "## W2",
+        "## W3",
+        "## W4",
+        "## W5",
+        "## W6",
+        "## Targets",
+    ):
         assert heading in readme
     assert "python -m bench --quick" in readme
     for plot in ("w1_turn.png", "w3_latency.png", "w5_throughput.png"):

@@ -1,0 +1,132 @@
+"""Runs the benchmark steps, each in a fresh process, and gathers their results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import services
+from bench.config import SYSTEMS
+
+SQLITE_NAME = "bench.sqlite3"
+
+
+class Runner:
+    """Holds the run's settings, the databases available, and the results so far."""
+
+    def __init__(
+        self, params: dict[str, Any], workloads: set[str], work: Path, quick: bool
+    ) -> None:
+        self.params, self.workloads, self.work, self.quick = params, workloads, work, quick
+        self.run_id = f"r{int(time.time())}"
+        self.results: dict[str, Any] = {"systems": {}, "notes": [], "skipped": []}
+        self.databases: dict[str, str] = {"sqlite": f"sqlite:///{work / SQLITE_NAME}"}
+
+    # -- environment -------------------------------------------------------------------
+    def env(self, database: str, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            DJANGO_SETTINGS_MODULE="bench.settings",
+            DATABASE_URL=self.databases.get(database, self.databases["sqlite"]),
+            DJANGO_DEBUG="0",
+            SQUAD_MEMORY_VAR_DIR=str(self.work),
+            CELERY_BROKER_URL=services.REDIS_URL,
+            BENCH_SUMMARIZER_SLEEP="0",
+            BENCH_SLOW_SLEEP=str(self.params["slow_sleep"]),
+            PYTHONWARNINGS="ignore",
+        )
+        env.update(extra)
+        return env
+
+    def prepare(self) -> None:
+        """Fresh SQLite file; the PostgreSQL database if reachable; migrations on both."""
+        self.work.mkdir(parents=True, exist_ok=True)
+        (self.work / SQLITE_NAME).unlink(missing_ok=True)
+        problem = services.postgres()
+        if problem:
+            self.skip("postgresql", problem)
+        else:
+            self.databases["postgresql"] = services.PG_URL
+        services.migrate(*[self.env(database) for database in self.databases])
+        if "postgresql" in self.databases and not self.quick:
+            services.truncate()
+        self.broker_problem = services.redis() or services.celery_app()
+        if self.broker_problem:
+            self.skip("celery", self.broker_problem)
+
+    def skip(self, what: str, reason: str) -> None:
+        self.results["skipped"].append({"what": what, "reason": reason})
+        print(f"  skipped {what}: {reason}", flush=True)
+
+    # -- steps -------------------------------------------------------------------------
+    def step(self, spec: dict[str, Any], database: str) -> dict[str, Any]:
+        """Run one step in a fresh process; its JSON result."""
+        tag = f"{spec['kind']}-{spec.get('system', '')}-{database}"
+        spec = dict(spec, work=str(self.work), params=self.params)
+        spec.setdefault("run", f"{self.run_id}-{tag}")
+        spec["out"] = str(self.work / f"{tag}.out.json")
+        spec_path = self.work / f"{tag}.spec.json"
+        spec_path.write_text(json.dumps(spec))
+        started = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.child", str(spec_path)],
+            cwd=services.ROOT,
+            env=self.env(database),
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"benchmark step {tag} failed:\n{proc.stderr[-4000:]}")
+        print(f"  {tag}: {time.perf_counter() - started:.1f} s", flush=True)
+        result: dict[str, Any] = json.loads(Path(spec["out"]).read_text())
+        return result
+
+    def systems(self) -> None:
+        """W1, W2 and W3 for every system that takes part."""
+        for sid, child, database, takes in SYSTEMS:
+            workloads = [w for w in takes if w in self.workloads]
+            if not workloads or not self.available(sid, database):
+                continue
+            spec = {"kind": "system", "system": child, "workloads": workloads}
+            if child == "sm-celery":
+                log = self.work / "celery-worker.log"
+                with services.Worker(self.env(database), log):
+                    self.results["systems"][sid] = self.step(spec, database)
+            else:
+                self.results["systems"][sid] = self.step(spec, database)
+
+    def available(self, sid: str, database: str) -> bool:
+        if database not in ("none", "sqlite") and database not in self.databases:
+            return False
+        return not (sid.startswith("sm-celery") and self.broker_problem)
+
+    def queries(self) -> None:
+        for database in ("sqlite", "postgresql"):
+            if database in self.databases:
+                out = self.step({"kind": "queries", "system": "sm"}, database)
+                self.results.setdefault("W4", {})[database] = out["W4"]
+                self.results.setdefault("sync", {})[database] = out["sync"]
+
+    def throughput(self) -> None:
+        if "postgresql" not in self.databases:
+            self.skip("W5", "multi-writer throughput runs on PostgreSQL only")
+            return
+        self.results["W5"] = self.step({"kind": "throughput", "system": "sm"}, "postgresql")["W5"]
+
+    def memory(self) -> None:
+        database = "postgresql" if "postgresql" in self.databases else "sqlite"
+        run = f"{self.run_id}-memory"  # the measuring step reads the slots the fill step wrote
+        fill = self.step({"kind": "memory-fill", "system": "sm", "run": run}, database)
+        sm = self.step({"kind": "memory", "system": "sm", "run": run}, database)
+        agent_squad = self.step({"kind": "memory", "system": "as-inmemory"}, "sqlite")
+        self.results["W6"] = {
+            "database": database,
+            "fill": fill,
+            "squad_memory": sm,
+            "agent_squad": agent_squad,
+        }

@@ -1,0 +1,79 @@
+"""Workloads 1 to 3: one turn as the history grows, fetch on an active buffer, latency."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from bench.base import SlotId, System, timed_turn
+from bench.stats import ms
+
+
+async def history_growth(
+    system: System, run: str, sizes: list[int], turns: int, cap_s: float, fetches: int
+) -> dict[str, Any]:
+    """W1 and W2: per-turn cost and ``fetch_chat`` cost at each stored history size N."""
+    w1: dict[str, Any] = {}
+    w2: dict[str, Any] = {}
+    for n in sizes:
+        slot: SlotId = (run, f"n{n}", "agent")
+        t0 = time.perf_counter()
+        await system.prefill(slot, n)
+        prefill_s = time.perf_counter() - t0
+        w1[str(n)] = await _turns(system, slot, turns, cap_s)
+        w1[str(n)]["prefill_s"] = prefill_s
+        await system.settle(slot)
+        w2[str(n)] = await _fetches(system, slot, fetches, cap_s)
+    return {"W1": w1, "W2": w2}
+
+
+async def _turns(system: System, slot: SlotId, turns: int, cap_s: float) -> dict[str, Any]:
+    parts: dict[str, list[float]] = {}
+    totals: list[float] = []
+    await timed_turn(system, slot, 0)  # warm-up (connections, caches)
+    deadline = time.monotonic() + cap_s
+    for i in range(1, turns + 1):
+        step = await timed_turn(system, slot, i)
+        totals.append(sum(v for k, v in step.items() if k in ("save", "fetch")))
+        for key, value in step.items():
+            parts.setdefault(key, []).append(value)
+        if time.monotonic() > deadline:
+            break
+    result: dict[str, Any] = {"turn": ms(totals), "capped": len(totals) < turns, "asked": turns}
+    result.update({key: ms(values) for key, values in parts.items()})
+    return result
+
+
+async def _fetches(system: System, slot: SlotId, count: int, cap_s: float) -> dict[str, Any]:
+    values: list[float] = []
+    deadline = time.monotonic() + cap_s
+    for _ in range(count):
+        t0 = time.perf_counter()
+        await system.fetch(slot)
+        values.append(time.perf_counter() - t0)
+        if time.monotonic() > deadline:
+            break
+    result: dict[str, Any] = ms(values)
+    result["capped"] = len(values) < count
+    return result
+
+
+async def latency(system: System, run: str, turns: int, think_s: float) -> dict[str, Any]:
+    """W3: critical-path time of each turn of a conversation from empty, summarizer slow.
+
+    ``think_s`` (not timed) stands for the agent's own answer between turns.
+    """
+    slot: SlotId = (run, "latency", "agent")
+    totals: list[float] = []
+    started = time.perf_counter()
+    for i in range(turns):
+        step = await timed_turn(system, slot, i)
+        totals.append(step["save"] + step["fetch"])
+        await asyncio.sleep(think_s)
+    elapsed = time.perf_counter() - started
+    await system.settle(slot)
+    result: dict[str, Any] = {"turn": ms(totals), "series_ms": [t * 1000 for t in totals]}
+    result["wall_s"] = elapsed
+    result["slow_turns"] = sum(1 for t in totals if t > 0.5)
+    return result
