@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the test passes: SQLite (Django 5.2), PostgreSQL (Django 5.2), and Django 6.1 on
-# Python 3.12 (SQLite and PostgreSQL). With no argument, all of them.
+# Python 3.12 (SQLite and PostgreSQL), lint and types. With no argument, all of them.
 # Where PostgreSQL or Python 3.12 is missing, that pass is skipped with a reason,
 # except under CI=true, where every pass must run.
 set -uo pipefail
@@ -27,6 +27,12 @@ run() {  # run LABEL VENV [env...] -- pytest args
 }
 
 want() { [[ "$PASSES" == all || "$PASSES" == "$1" ]]; }
+
+if want lint; then
+  echo "=== ruff and mypy (strict) ==="
+  "$VENV/bin/ruff" check squad_memory project || failed=1
+  "$VENV/bin/mypy" squad_memory || failed=1
+fi
 
 if want sqlite; then
   run "SQLite, Django $($VENV/bin/python -c 'import django;print(django.get_version())')" "$VENV" \

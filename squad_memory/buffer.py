@@ -102,7 +102,9 @@ def compress(
 
 
 def _apply(snap: Snapshot, token: str, output: list[MessageDict]) -> bool:
-    updated = Slot.objects.filter(pk=snap.slot_id, version=snap.version, pending_token=token).update(
+    updated = Slot.objects.filter(
+        pk=snap.slot_id, version=snap.version, pending_token=token
+    ).update(
         summary=output,
         summary_length=len(output),
         covered_seq=snap.to_seq,
@@ -130,16 +132,19 @@ def reset(slot_id: int) -> bool:
     A compression in flight loses its claim, so its compare-and-swap fails and it
     is logged as stale. The next fetch or save decides afresh whether to activate.
     """
-    return Slot.objects.filter(pk=slot_id).update(
-        active=False,
-        summary=[],
-        summary_length=0,
-        covered_seq=0,
-        pending_since=None,
-        pending_token="",
-        last_failed=False,
-        updated_at=timezone.now(),
-    ) == 1
+    return (
+        Slot.objects.filter(pk=slot_id).update(
+            active=False,
+            summary=[],
+            summary_length=0,
+            covered_seq=0,
+            pending_since=None,
+            pending_token="",
+            last_failed=False,
+            updated_at=timezone.now(),
+        )
+        == 1
+    )
 
 
 def _log(
@@ -180,7 +185,10 @@ def _report(snap: Snapshot, result: Outcome) -> None:
     if result.error is not None:
         logger.warning(
             "Compression of slot %s (messages %s..%s) failed: %s",
-            snap.slot_id, snap.from_seq, snap.to_seq, result.error,
+            snap.slot_id,
+            snap.from_seq,
+            snap.to_seq,
+            result.error,
         )
     elif not result.applied:
         logger.info("Compression of slot %s was stale; the buffer moved on.", snap.slot_id)
@@ -205,7 +213,9 @@ def activate(
                 history.insert_rows(slot, seed)
             slot.active, slot.summary, slot.summary_length = True, [], 0
         token = None
-        if trigger_at is None or needs_compression(slot.buffer_length, slot.trigger_at or trigger_at):
+        if trigger_at is None or needs_compression(
+            slot.buffer_length, slot.trigger_at or trigger_at
+        ):
             token = history.try_claim(slot, timeout)
         slot.save()
         return slot, token

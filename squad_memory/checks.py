@@ -65,17 +65,28 @@ def _is_int(value: Any, minimum: int) -> bool:
 def _check_sizes() -> list[CheckMessage]:
     trigger, keep = app_settings.get("TRIGGER_AT"), app_settings.get("KEEP_LAST")
     if not _is_int(trigger, 1):
-        return [Error(f"{SETTING_NAME}['TRIGGER_AT'] must be an integer >= 1, got {trigger!r}.",
-                      id="squad_memory.E003")]
+        return [
+            Error(
+                f"{SETTING_NAME}['TRIGGER_AT'] must be an integer >= 1, got {trigger!r}.",
+                id="squad_memory.E003",
+            )
+        ]
     if not _is_int(keep, 0):
-        return [Error(f"{SETTING_NAME}['KEEP_LAST'] must be an integer >= 0, got {keep!r}.",
-                      id="squad_memory.E004")]
+        return [
+            Error(
+                f"{SETTING_NAME}['KEEP_LAST'] must be an integer >= 0, got {keep!r}.",
+                id="squad_memory.E004",
+            )
+        ]
     if keep >= trigger:
-        return [Error(
-            f"{SETTING_NAME}['KEEP_LAST'] ({keep}) must be smaller than TRIGGER_AT ({trigger}).",
-            hint="Otherwise a compression can never shorten the buffer.",
-            id="squad_memory.E005",
-        )]
+        return [
+            Error(
+                f"{SETTING_NAME}['KEEP_LAST'] ({keep}) must be smaller than "
+                f"TRIGGER_AT ({trigger}).",
+                hint="Otherwise a compression can never shorten the buffer.",
+                id="squad_memory.E005",
+            )
+        ]
     return []
 
 
@@ -87,16 +98,20 @@ def _check_choices() -> list[CheckMessage]:
     ):
         value = app_settings.get(name)
         if value not in choices:
-            errors.append(Error(
-                f"{SETTING_NAME}[{name!r}] must be one of {', '.join(choices)}; got {value!r}.",
-                id=check_id,
-            ))
+            errors.append(
+                Error(
+                    f"{SETTING_NAME}[{name!r}] must be one of {', '.join(choices)}; got {value!r}.",
+                    id=check_id,
+                )
+            )
     if app_settings.get("MODE") == "celery" and not _celery_installed():
-        errors.append(Error(
-            f"{SETTING_NAME}['MODE'] is 'celery' but Celery is not installed.",
-            hint="pip install 'squad-memory[celery]'",
-            id="squad_memory.E008",
-        ))
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['MODE'] is 'celery' but Celery is not installed.",
+                hint="pip install 'squad-memory[celery]'",
+                id="squad_memory.E008",
+            )
+        )
     return errors
 
 
@@ -110,20 +125,29 @@ def _celery_installed() -> bool:
 
 def _check_limits() -> list[CheckMessage]:
     errors: list[CheckMessage] = []
-    for name in ("PENDING_TIMEOUT", "MAX_MESSAGE_BYTES", "MAX_BATCH_SIZE", "MAX_ID_LENGTH",
-                 "CELERY_MAX_RETRIES"):
+    for name in (
+        "PENDING_TIMEOUT",
+        "MAX_MESSAGE_BYTES",
+        "MAX_BATCH_SIZE",
+        "MAX_ID_LENGTH",
+        "CELERY_MAX_RETRIES",
+    ):
         value = app_settings.get(name)
         minimum = 0 if name == "CELERY_MAX_RETRIES" else 1
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < minimum:
-            errors.append(Error(
-                f"{SETTING_NAME}[{name!r}] must be a number >= {minimum}, got {value!r}.",
-                id="squad_memory.E009",
-            ))
+            errors.append(
+                Error(
+                    f"{SETTING_NAME}[{name!r}] must be a number >= {minimum}, got {value!r}.",
+                    id="squad_memory.E009",
+                )
+            )
     if _is_int(app_settings.get("MAX_ID_LENGTH"), 1) and app_settings.get("MAX_ID_LENGTH") > 255:
-        errors.append(Error(
-            f"{SETTING_NAME}['MAX_ID_LENGTH'] cannot exceed 255, the length of the id columns.",
-            id="squad_memory.E010",
-        ))
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['MAX_ID_LENGTH'] cannot exceed 255, the length of the id columns.",
+                id="squad_memory.E010",
+            )
+        )
     return errors
 
 
@@ -138,25 +162,41 @@ def _check_llm() -> list[CheckMessage]:
     size = app_settings.get("MAX_SUMMARY_CHARS")
     errors: list[CheckMessage] = []
     if not _is_int(size, 100):
-        errors.append(Error(f"{SETTING_NAME}['MAX_SUMMARY_CHARS'] must be an integer >= 100, "
-                            f"got {size!r}.", id="squad_memory.E021"))
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['MAX_SUMMARY_CHARS'] must be an integer >= 100, got {size!r}.",
+                id="squad_memory.E021",
+            )
+        )
     if app_settings.get("SUMMARIZER") != _LLM_PATH:
         return errors
     merged = {**DEFAULTS["LLM"], **conf}
     backend = merged["BACKEND"]
     if backend not in ("openai", "anthropic", "agent"):
-        errors.append(Error(f"{SETTING_NAME}['LLM']['BACKEND'] must be openai, anthropic or "
-                            f"agent; got {backend!r}.", id="squad_memory.E022"))
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['LLM']['BACKEND'] must be openai, anthropic or "
+                f"agent; got {backend!r}.",
+                id="squad_memory.E022",
+            )
+        )
     elif backend != "agent" and not merged["MODEL"]:
-        errors.append(Error(f"{SETTING_NAME}['LLM']['MODEL'] is required by the {backend} backend.",
-                            hint="e.g. 'gpt-4o-mini', or the model name your server serves.",
-                            id="squad_memory.E023"))
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['LLM']['MODEL'] is required by the {backend} backend.",
+                hint="e.g. 'gpt-4o-mini', or the model name your server serves.",
+                id="squad_memory.E023",
+            )
+        )
     elif backend != "agent" and not _installed(backend):
-        errors.append(Error(
-            f"{SETTING_NAME}['LLM']['BACKEND'] is {backend!r} but that package is not installed.",
-            hint=f"pip install 'squad-memory[{backend}]'",
-            id="squad_memory.E024",
-        ))
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['LLM']['BACKEND'] is {backend!r} "
+                "but that package is not installed.",
+                hint=f"pip install 'squad-memory[{backend}]'",
+                id="squad_memory.E024",
+            )
+        )
     return errors
 
 

@@ -75,7 +75,9 @@ class Settings:
     def _user(self) -> dict[str, Any]:
         value = getattr(django_settings, SETTING_NAME, {})
         if not isinstance(value, dict):
-            raise ImproperlyConfigured(f"{SETTING_NAME} must be a dict, not {type(value).__name__}.")
+            raise ImproperlyConfigured(
+                f"{SETTING_NAME} must be a dict, not {type(value).__name__}."
+            )
         return value
 
     def get(self, name: str) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
 from django.db.models import F
@@ -85,9 +85,9 @@ def append(
         rows = _insert(slot, messages, store_rows)
         _advance(slot, len(messages), messages[-1]["role"], max_history_size)
         claim = None
-        if trigger_at is not None and slot.active:
-            if needs_compression(slot.buffer_length, slot.trigger_at or trigger_at):
-                claim = try_claim(slot, pending_timeout)
+        over = trigger_at is not None and slot.active
+        if over and needs_compression(slot.buffer_length, slot.trigger_at or trigger_at or 0):
+            claim = try_claim(slot, pending_timeout)
         slot.save(update_fields=_SAVE_FIELDS)
         return AppendResult(slot=slot, accepted=messages, claim=claim, rows=rows)
 
@@ -137,20 +137,21 @@ def insert_rows(slot: Slot, messages: list[MessageDict]) -> None:
         slot.last_role = messages[-1]["role"]
 
 
+def _dicts(rows: Any) -> list[dict[str, Any]]:
+    return cast(list[dict[str, Any]], list(rows))
+
+
 def visible(namespace: str, key: SlotKey) -> list[dict[str, Any]]:
     """The slot's visible (untrimmed) messages, oldest first: what ``fetch_chat`` returns."""
     user_id, session_id, agent_id = key
-    return list(
-        Message.objects.filter(
-            slot__namespace=namespace,
-            slot__user_id=user_id,
-            slot__session_id=session_id,
-            slot__agent_id=agent_id,
-            seq__gte=F("slot__visible_from_seq"),
-        )
-        .order_by("seq")
-        .values("role", "content", "citations")
+    rows = Message.objects.filter(
+        slot__namespace=namespace,
+        slot__user_id=user_id,
+        slot__session_id=session_id,
+        slot__agent_id=agent_id,
+        seq__gte=F("slot__visible_from_seq"),
     )
+    return _dicts(rows.order_by("seq").values("role", "content", "citations"))
 
 
 def rows_after(slot_id: int, after_seq: int, up_to: int | None = None) -> list[dict[str, Any]]:
@@ -158,18 +159,19 @@ def rows_after(slot_id: int, after_seq: int, up_to: int | None = None) -> list[d
     qs = Message.objects.filter(slot_id=slot_id, seq__gt=after_seq)
     if up_to is not None:
         qs = qs.filter(seq__lte=up_to)
-    return list(qs.order_by("seq").values("seq", "role", "content", "citations"))
+    return _dicts(qs.order_by("seq").values("seq", "role", "content", "citations"))
 
 
 def session_history(namespace: str, user_id: str, session_id: str) -> list[dict[str, Any]]:
     """Every visible message of every agent of a session, by timestamp (stable)."""
-    return list(
-        Message.objects.filter(
-            slot__namespace=namespace,
-            slot__user_id=user_id,
-            slot__session_id=session_id,
-            seq__gte=F("slot__visible_from_seq"),
+    rows = Message.objects.filter(
+        slot__namespace=namespace,
+        slot__user_id=user_id,
+        slot__session_id=session_id,
+        seq__gte=F("slot__visible_from_seq"),
+    )
+    return _dicts(
+        rows.order_by("timestamp", "slot_id", "seq").values(
+            "role", "content", "citations", "slot__agent_id"
         )
-        .order_by("timestamp", "slot_id", "seq")
-        .values("role", "content", "citations", "slot__agent_id")
     )

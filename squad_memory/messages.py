@@ -52,7 +52,9 @@ def validate_key(user_id: Any, session_id: Any, agent_id: Any, max_length: int =
         if not isinstance(value, str) or not value:
             raise InvalidSlotKey(f"{name} must be a non-empty string, got {value!r}.")
         if len(value) > max_length:
-            raise InvalidSlotKey(f"{name} is {len(value)} characters long; the limit is {max_length}.")
+            raise InvalidSlotKey(
+                f"{name} is {len(value)} characters long; the limit is {max_length}."
+            )
         if "\x00" in value:
             raise InvalidSlotKey(f"{name} must not contain NUL characters.")
 
@@ -63,7 +65,11 @@ def to_dict(message: Any, *, error: type[ValueError] = InvalidMessage) -> Messag
         role, content = message.role, message.content
         citations = getattr(message, "citations", None)
     elif isinstance(message, dict):
-        role, content, citations = message.get("role"), message.get("content"), message.get("citations")
+        role, content, citations = (
+            message.get("role"),
+            message.get("content"),
+            message.get("citations"),
+        )
     else:
         raise error(f"Expected a ConversationMessage or a dict, got {type(message).__name__}.")
     role = role_value(role)
@@ -84,16 +90,19 @@ def validate_summary(output: Any) -> list[MessageDict]:
     """Validate a summarizer's output: a list of messages with a role and content blocks."""
     if isinstance(output, (str, bytes)) or not isinstance(output, Sequence):
         raise InvalidSummarizerOutput(
-            f"The summarizer must return a list of ConversationMessage, got {type(output).__name__}."
+            "The summarizer must return a list of ConversationMessage, "
+            f"got {type(output).__name__}."
         )
     result = [to_dict(m, error=InvalidSummarizerOutput) for m in output]
     if not result:
-        raise InvalidSummarizerOutput("The summarizer returned an empty list; keep at least a summary.")
+        raise InvalidSummarizerOutput(
+            "The summarizer returned an empty list; keep at least a summary."
+        )
     return result
 
 
 def to_message(data: MessageDict) -> ConversationMessage:
-    """A fresh ``ConversationMessage`` from a stored dict (content copied, so callers may mutate)."""
+    """A fresh ``ConversationMessage`` from a stored dict (content copied: callers may mutate)."""
     citations = data.get("citations")
     return ConversationMessage(
         role=data["role"],

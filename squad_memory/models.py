@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
+from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
 #: ``Slot.namespace`` of slots whose raw history is kept by :class:`DjangoChatStorage`.
@@ -19,17 +20,21 @@ DJANGO_NAMESPACE = ""
 
 
 class SlotQuerySet(models.QuerySet["Slot"]):
-    def for_key(self, user_id: str, session_id: str, agent_id: str, namespace: str = "") -> SlotQuerySet:
+    def for_key(
+        self, user_id: str, session_id: str, agent_id: str, namespace: str = ""
+    ) -> SlotQuerySet:
         return self.filter(
             namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
         )
 
     def over_threshold(self, default_trigger_at: int) -> SlotQuerySet:
         """Active slots whose buffer holds more than ``2 * trigger_at`` messages."""
-        trigger = models.functions.Coalesce("trigger_at", models.Value(default_trigger_at))
+        trigger = Coalesce("trigger_at", models.Value(default_trigger_at))
         buffer_len = models.F("summary_length") + models.F("last_seq") - models.F("covered_seq")
-        return self.filter(active=True).alias(trigger=trigger, blen=buffer_len).filter(
-            blen__gt=models.F("trigger") * 2
+        return (
+            self.filter(active=True)
+            .alias(trigger=trigger, blen=buffer_len)
+            .filter(blen__gt=models.F("trigger") * 2)
         )
 
 
@@ -41,7 +46,9 @@ class Slot(models.Model):
         max_length=64,
         blank=True,
         default="",
-        help_text=_("Empty for slots kept by DjangoChatStorage; names the wrapped store otherwise."),
+        help_text=_(
+            "Empty for slots kept by DjangoChatStorage; names the wrapped store otherwise."
+        ),
     )
     user_id = models.CharField(_("user id"), max_length=255)
     session_id = models.CharField(_("session id"), max_length=255)
@@ -71,7 +78,10 @@ class Slot(models.Model):
         _("buffer version"), default=0, help_text=_("Bumped by every applied compression.")
     )
     trigger_at = models.PositiveIntegerField(
-        _("trigger at (pairs)"), null=True, blank=True, help_text=_("Overrides the storage's value.")
+        _("trigger at (pairs)"),
+        null=True,
+        blank=True,
+        help_text=_("Overrides the storage's value."),
     )
     keep_last = models.PositiveIntegerField(
         _("keep last (pairs)"), null=True, blank=True, help_text=_("Overrides the storage's value.")

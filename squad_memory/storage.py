@@ -46,7 +46,7 @@ def _as_list(messages: Any) -> list[Any]:
     return list(messages or [])
 
 
-class DjangoChatStorage(ChatStorage):
+class DjangoChatStorage(ChatStorage):  # type: ignore[misc]
     """A ``ChatStorage`` on the Django ORM, behaving like agent-squad's ``InMemoryChatStorage``.
 
     The one deliberate difference: messages trimmed by ``max_history_size`` vanish
@@ -67,7 +67,9 @@ class DjangoChatStorage(ChatStorage):
     ) -> list[ConversationMessage]:
         """Store a message unless it repeats the last role; return the visible conversation."""
         key = _key(user_id, session_id, agent_id)
-        self.append(key, to_dicts([new_message]), check_role=True, max_history_size=max_history_size)
+        self.append(
+            key, to_dicts([new_message]), check_role=True, max_history_size=max_history_size
+        )
         return self.fetch_chat_sync(user_id, session_id, agent_id)
 
     def save_chat_messages_sync(
@@ -120,7 +122,7 @@ class DjangoChatStorage(ChatStorage):
         )
 
     # -- the ChatStorage contract ------------------------------------------------------
-    async def save_chat_message(  # type: ignore[override]
+    async def save_chat_message(
         self,
         user_id: str,
         session_id: str,
@@ -132,7 +134,7 @@ class DjangoChatStorage(ChatStorage):
             user_id, session_id, agent_id, new_message, max_history_size
         )
 
-    async def save_chat_messages(  # type: ignore[override]
+    async def save_chat_messages(
         self,
         user_id: str,
         session_id: str,
@@ -162,7 +164,7 @@ def _with_agent_prefix(row: dict[str, Any]) -> ConversationMessage:
     return to_messages([{"role": row["role"], "content": content}])[0]
 
 
-class SummarizingChatStorage(ChatStorage):
+class SummarizingChatStorage(ChatStorage):  # type: ignore[misc]
     """Wraps any ``ChatStorage``; ``fetch_chat`` returns a compact, persistent summary buffer.
 
     Raw messages always reach the inner store first and are never modified;
@@ -205,8 +207,10 @@ class SummarizingChatStorage(ChatStorage):
         if self.mode == "celery":
             require_importable(self._summarizer)
         self._django = isinstance(storage, DjangoChatStorage)
-        self.namespace = storage.namespace if isinstance(storage, DjangoChatStorage) else (
-            namespace or type(storage).__name__
+        self.namespace = (
+            storage.namespace
+            if isinstance(storage, DjangoChatStorage)
+            else (namespace or type(storage).__name__)
         )
 
     @property
@@ -267,7 +271,7 @@ class SummarizingChatStorage(ChatStorage):
     def fetch_all_chats_sync(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         if isinstance(self._storage, DjangoChatStorage):
             return self._storage.fetch_all_chats_sync(user_id, session_id)
-        return async_to_sync(self._storage.fetch_all_chats)(user_id, session_id)
+        return _as_list(async_to_sync(self._storage.fetch_all_chats)(user_id, session_id))
 
     def save_messages_detailed(
         self,
@@ -306,7 +310,7 @@ class SummarizingChatStorage(ChatStorage):
         return self._run_claim(slot, token, "manual") if token else None
 
     # -- the ChatStorage contract ------------------------------------------------------
-    async def save_chat_message(  # type: ignore[override]
+    async def save_chat_message(
         self,
         user_id: str,
         session_id: str,
@@ -324,7 +328,7 @@ class SummarizingChatStorage(ChatStorage):
         )
         return await sync_to_async(self._record_foreign)(key, messages, True, inner)
 
-    async def save_chat_messages(  # type: ignore[override]
+    async def save_chat_messages(
         self,
         user_id: str,
         session_id: str,
@@ -399,7 +403,9 @@ class SummarizingChatStorage(ChatStorage):
             return to_messages(buffer.read(slot))
         if inner is not None:
             return _as_list(inner) if isinstance(inner, list) else []
-        return to_messages(history.visible(self.namespace, (slot.user_id, slot.session_id, slot.agent_id)))
+        return to_messages(
+            history.visible(self.namespace, (slot.user_id, slot.session_id, slot.agent_id))
+        )
 
     def _activate(self, slot: Slot, seed: list[MessageDict] | None) -> list[ConversationMessage]:
         slot, token = buffer.activate(slot.pk, self.trigger_at, app_settings.pending_timeout, seed)
@@ -428,7 +434,9 @@ class SummarizingChatStorage(ChatStorage):
             path = require_importable(self._summarizer)
             tasks.enqueue_compression(slot.pk, token, path, keep_last, self.trigger_at)
             return None
-        outcome = buffer.compress(buffer.snapshot(slot), token, self._summarizer, keep_last, trigger=trigger)
+        outcome = buffer.compress(
+            buffer.snapshot(slot), token, self._summarizer, keep_last, trigger=trigger
+        )
         if outcome.error is not None and self.on_error == "raise":
             raise SummarizerError(
                 f"The summarizer {self._summarizer.label} failed; the message was stored and the "
