@@ -2,7 +2,6 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PYTHON312 ?= $(shell command -v python3.12 || ls /root/.pyenv/versions/3.12*/bin/python3 2>/dev/null | head -1)
 
 .PHONY: install demo test test-sqlite test-postgres test-django6 bench bench-quick lint clean
 
@@ -20,7 +19,7 @@ demo: install
 
 ## Every test pass CI runs (SQLite, PostgreSQL, Django 6.1 on Python 3.12).
 test: install
-	VENV=$(VENV) PYTHON312="$(PYTHON312)" bash scripts/run-tests.sh
+	VENV=$(VENV) bash scripts/run-tests.sh
 
 test-sqlite: install
 	VENV=$(VENV) bash scripts/run-tests.sh sqlite
@@ -29,7 +28,7 @@ test-postgres: install
 	VENV=$(VENV) bash scripts/run-tests.sh postgres
 
 test-django6:
-	VENV=$(VENV) PYTHON312="$(PYTHON312)" bash scripts/run-tests.sh django6
+	VENV=$(VENV) bash scripts/run-tests.sh django6
 
 bench: install
 	$(BIN)/python -m bench

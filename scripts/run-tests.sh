@@ -26,6 +26,16 @@ run() {  # run LABEL VENV [env...] -- pytest args
   env "$@" || failed=1
 }
 
+find_python312() {  # the first candidate that really runs Python 3.12 (pyenv shims may not)
+  local c
+  for c in "${PYTHON312:-}" $(ls -d "$HOME"/.pyenv/versions/3.12*/bin/python3 /root/.pyenv/versions/3.12*/bin/python3 2>/dev/null) \
+           "$(command -v python3.12 || true)"; do
+    if [[ -n "$c" ]] && "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+      echo "$c"; return
+    fi
+  done
+}
+
 want() { [[ "$PASSES" == all || "$PASSES" == "$1" ]]; }
 
 if want lint; then
@@ -58,7 +68,7 @@ if want mariadb; then  # optional: the core storage on MariaDB/MySQL, where one 
 fi
 
 if want django6; then
-  PY312=${PYTHON312:-$(command -v python3.12 || true)}
+  PY312=$(find_python312)
   if [[ -z "$PY312" ]]; then
     missing "Python 3.12 was not found (set PYTHON312): the Django 6.1 pass did not run"
   else
