@@ -81,6 +81,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Writers wait for the lock instead of failing at once.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
     DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
+    # WAL: readers never block the writer; NORMAL sync is durable across process crashes.
+    DATABASES["default"]["OPTIONS"]["init_command"] = (
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     try:
         import pymysql
