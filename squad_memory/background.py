@@ -27,7 +27,7 @@ from django.utils import timezone
 from squad_memory import buffer, history
 from squad_memory.conf import app_settings
 from squad_memory.exceptions import ConfigurationError
-from squad_memory.messages import needs_compression
+from squad_memory.messages import effective_keep_last, needs_compression
 from squad_memory.models import DJANGO_NAMESPACE, Slot
 from squad_memory.summarizers import Summarizer, require_importable, resolve
 
@@ -67,8 +67,9 @@ def run_claim(
         release_on_failure=last_attempt,
     )
     if outcome.applied and isinstance(summarizer, str):
-        # Saves that arrived meanwhile may have left the buffer over the threshold.
-        again = claim(slot_id, keep_last, trigger_at)
+        # Saves that arrived meanwhile may have left the buffer over the threshold;
+        # with none, another round would only summarize this output again.
+        again = claim(slot_id, keep_last, trigger_at, after_seq=slot.last_seq)
         if again is not None:
             enqueue(again, summarizer, trigger_at)
     return outcome
@@ -87,15 +88,18 @@ def _summarizer(value: str | Summarizer) -> Summarizer:
         return Summarizer(unavailable, str(value), str(value))
 
 
-def claim(slot_id: int, keep_last: int, trigger_at: int | None = None) -> Claim | None:
+def claim(
+    slot_id: int, keep_last: int, trigger_at: int | None = None, *, after_seq: int = 0
+) -> Claim | None:
     """Claim a compression of an active slot over the threshold (the caller dispatches it).
 
-    None when the buffer is short enough or a compression is already pending.
-    ``trigger_at`` defaults to the settings'; the slot's own overrides win.
+    None when the buffer is short enough, a compression is already pending, or the
+    slot holds no message after ``after_seq``. ``trigger_at`` defaults to the
+    settings'; the slot's own overrides win.
     """
     with transaction.atomic():
         slot = Slot.objects.select_for_update().filter(pk=slot_id, active=True).first()
-        if slot is None:
+        if slot is None or slot.last_seq <= after_seq:
             return None
         trigger = slot.trigger_at or trigger_at or app_settings.trigger_at
         if not needs_compression(slot.buffer_length, trigger):
@@ -104,7 +108,7 @@ def claim(slot_id: int, keep_last: int, trigger_at: int | None = None) -> Claim 
         if token is None:
             return None
         slot.save(update_fields=["pending_since", "pending_token", "updated_at"])
-    return Claim(slot.pk, token, slot.keep_last if slot.keep_last is not None else keep_last)
+    return Claim(slot.pk, token, effective_keep_last(slot, trigger, keep_last))
 
 
 @dataclass
@@ -166,7 +170,7 @@ def sweep(*, activate: bool = False, limit: int | None = None) -> SweepReport:
         for slot_id in _limited(inactive_over_threshold(storage.trigger_at), limit):
             slot, token = buffer.activate(slot_id, storage.trigger_at, app_settings.pending_timeout)
             if token is not None:
-                keep = slot.keep_last if slot.keep_last is not None else storage.keep_last
+                keep = effective_keep_last(slot, storage.trigger_at, storage.keep_last)
                 dispatch(Claim(slot.pk, token, keep))
                 report.activated += 1
     logger.info(
@@ -194,13 +198,12 @@ def over_threshold(trigger_at: int) -> QuerySet[Slot]:
 
 
 def inactive_over_threshold(trigger_at: int) -> QuerySet[Slot]:
-    """Inactive slots of :class:`DjangoChatStorage` whose visible history is over the threshold."""
+    """Inactive slots of :class:`DjangoChatStorage` whose whole history is over the threshold."""
     trigger = Coalesce("trigger_at", Value(trigger_at))
-    visible = F("last_seq") - F("visible_from_seq") + 1
     return (
         Slot.objects.filter(namespace=DJANGO_NAMESPACE, active=False)
-        .alias(trigger=trigger, visible=visible)
-        .filter(visible__gt=F("trigger") * 2)
+        .alias(trigger=trigger)
+        .filter(last_seq__gt=F("trigger") * 2)
         .order_by("pk")
     )
 

@@ -118,6 +118,13 @@ def _apply(snap: Snapshot, token: str, output: list[MessageDict]) -> bool:
     return updated == 1
 
 
+def in_callers_transaction() -> bool:
+    """True inside an ``atomic()`` block of the caller's (a test case's own does not count)."""
+    blocks = transaction.get_connection().atomic_blocks
+    # Django marks the atomic blocks a TestCase wraps each test in; they stand for autocommit.
+    return any(not getattr(block, "_from_testcase", False) for block in blocks)
+
+
 def release(slot_id: int, token: str, *, failed: bool) -> bool:
     """Drop a claim (after a failure, or when there was nothing to do)."""
     fields: dict[str, Any] = {"pending_since": None, "pending_token": ""}
@@ -195,16 +202,26 @@ def _report(snap: Snapshot, result: Outcome) -> None:
 
 
 def activate(
-    slot_id: int, trigger_at: int | None, timeout: float, seed: list[MessageDict] | None = None
+    slot_id: int,
+    trigger_at: int | None,
+    timeout: float,
+    seed: list[MessageDict] | None = None,
+    *,
+    expect_last_seq: int | None = None,
 ) -> tuple[Slot, str | None]:
     """Make a slot's buffer active and claim its first compression.
 
     The buffer starts as the slot's visible history, or, for a slot over a foreign
     store, as ``seed`` (that store's history) copied in as the buffer's messages.
-    ``trigger_at=None`` claims a compression whatever the buffer's length.
+    ``trigger_at=None`` claims a compression whatever the buffer's length. With
+    ``expect_last_seq``, an inactive slot that has moved past it (a save was
+    recorded after ``seed`` was read) is left inactive.
     """
     with transaction.atomic():
         slot = Slot.objects.select_for_update().get(pk=slot_id)
+        moved = expect_last_seq is not None and slot.last_seq != expect_last_seq
+        if not slot.active and moved:
+            return slot, None
         if not slot.active:
             if seed is None:
                 slot.covered_seq = slot.visible_from_seq - 1

@@ -76,12 +76,16 @@ def append(
     rows always; ``False`` only counts them (a foreign store keeps the history).
     With ``trigger_at``, an active buffer that grows past it claims a compression.
     """
+    if not messages:  # nothing to store: no slot is created
+        user_id, session_id, agent_id = key
+        slot = Slot.objects.for_key(*key, namespace=namespace).first() or Slot(
+            namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
+        )
+        return AppendResult(slot=slot, accepted=[])
     with transaction.atomic():
         slot = locked_slot(namespace, key)
-        if check_role and messages and is_same_role(slot.last_role, messages[0]["role"]):
+        if check_role and is_same_role(slot.last_role, messages[0]["role"]):
             return AppendResult(slot=slot, accepted=[], skipped=True)
-        if not messages:
-            return AppendResult(slot=slot, accepted=[])
         rows = _insert(slot, messages, store_rows)
         _advance(slot, len(messages), messages[-1]["role"], max_history_size)
         claim = None

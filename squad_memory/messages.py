@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Sequence
 from enum import Enum
@@ -33,6 +34,17 @@ def is_same_role(last_role: str, new_role: str) -> bool:
 def needs_compression(buffer_length: int, trigger_at: int) -> bool:
     """The trigger rule: a buffer longer than ``trigger_at`` pairs is compressed."""
     return buffer_length > trigger_at * 2
+
+
+def effective_keep_last(slot: Any, trigger_at: int, keep_last: int) -> int:
+    """The slot's keep_last (its override or the storage's), kept below its trigger_at.
+
+    A keep_last at or above trigger_at could never shorten the buffer, and would
+    make every save call the summarizer again.
+    """
+    trigger = slot.trigger_at or trigger_at
+    keep = slot.keep_last if slot.keep_last is not None else keep_last
+    return max(min(keep, trigger - 1), 0)
 
 
 def trim_size(max_history_size: int | None) -> int:
@@ -79,7 +91,43 @@ def to_dict(message: Any, *, error: type[ValueError] = InvalidMessage) -> Messag
         content = []
     if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
         raise error("content must be a list of block dicts such as [{'text': '...'}].")
+    if citations is not None and not isinstance(citations, list):
+        raise error(f"citations must be a list or None, got {type(citations).__name__}.")
+    _check_storable(content, "content", error)
+    _check_storable(citations, "citations", error)
     return {"role": role, "content": content, "citations": citations or None}
+
+
+def _check_storable(value: Any, name: str, error: type[ValueError]) -> None:
+    """Content is stored as JSON: plain JSON types, finite numbers, no NUL characters."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise error(
+            f"{name} must hold only JSON values (str, int, finite float, bool, None, list, "
+            f"dict with str keys): {exc}. Encode binary data (such as image bytes) as base64."
+        ) from exc
+    if _has_bad_text(value):
+        raise error(
+            f"{name} must not contain NUL (\\x00) characters or lone surrogates; "
+            "databases cannot store them."
+        )
+
+
+def _has_bad_text(value: Any) -> bool:
+    if isinstance(value, str):
+        if "\x00" in value:
+            return True
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_bad_text(k) or _has_bad_text(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_bad_text(v) for v in value)
+    return False
 
 
 def to_dicts(messages: Iterable[Any]) -> list[MessageDict]:

@@ -85,7 +85,8 @@ def enqueue_compression(
     nothing pending; the next crossing save or the sweep enqueues it again.
     """
     args = (slot_id, token, summarizer_path, keep_last, trigger_at)
-    transaction.on_commit(functools.partial(_publish, *args))
+    # robust: an error here is logged, never raised into the caller after its commit.
+    transaction.on_commit(functools.partial(_publish, *args), robust=True)
 
 
 def _publish(

@@ -112,3 +112,41 @@ def test_sync_methods_work_over_a_foreign_store() -> None:
         store.save_chat_message_sync("u", "s", "a", msg("assistant", f"a{i}"))
     assert texts(store.fetch_chat_sync("u", "s", "a")) == ["S(q0+a0+q1+a1)", "q2", "a2"]
     assert len(store.fetch_all_chats_sync("u", "s")) == 6
+
+
+def test_compress_now_on_an_inactive_foreign_slot_summarizes_the_stores_history() -> None:
+    store = SummarizingChatStorage(InMemoryChatStorage(), summarizers.fold, 5, 1)
+    for i in range(2):
+        store.save_chat_message_sync("u", "s", "a", msg("user", f"q{i}"))
+        store.save_chat_message_sync("u", "s", "a", msg("assistant", f"a{i}"))
+    outcome = store.compress_now("u", "s", "a")
+    assert outcome is not None and outcome.applied
+    assert texts(store.fetch_chat_sync("u", "s", "a")) == ["S(q0+a0)", "q1", "a1"]
+
+
+class LateWriteStore(InMemoryChatStorage):
+    """While its fetch_chat is under way, another save lands through the wrapper."""
+
+    wrapper: SummarizingChatStorage | None = None
+
+    async def fetch_chat(self, user_id: str, session_id: str, agent_id: str, max_history_size: Any = None) -> Any:
+        before = await super().fetch_chat(user_id, session_id, agent_id)
+        if self.wrapper is not None:
+            wrapper, self.wrapper = self.wrapper, None
+            await wrapper.save_chat_message(user_id, session_id, agent_id, msg("user", "late"))
+        return before
+
+
+def test_a_save_during_foreign_activation_is_not_lost() -> None:
+    inner = LateWriteStore()
+    store = SummarizingChatStorage(inner, summarizers.fold, 2, 1)
+
+    async def go() -> list[str]:
+        for i in range(3):
+            await turn(store, i)
+        inner.wrapper = store
+        first = texts(await store.fetch_chat("u", "s", "a"))
+        assert "late" not in first  # activation was refused: the read missed "late"
+        return texts(await store.fetch_chat("u", "s", "a"))
+
+    assert asyncio.run(go())[-1] == "late"

@@ -60,7 +60,7 @@ class Model:
     def fetch(self, size: int | None) -> list[ConversationMessage]:
         if self.buffer is None:
             visible = self.raw[self.visible_from:]
-            if len(visible) <= 2 * TRIGGER_AT:
+            if len(self.raw) <= 2 * TRIGGER_AT:  # activation judges the whole history
                 return trim(visible, size)
             self.buffer = list(visible)
             self.compress()

@@ -186,3 +186,13 @@ def test_async_methods_work_from_any_thread_and_event_loop() -> None:
 def test_history_survives_a_new_instance() -> None:
     DjangoChatStorage().save_chat_message_sync("u", "s", "a", msg("user", "durable"))
     assert texts(DjangoChatStorage().fetch_chat_sync("u", "s", "a")) == ["durable"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [[{"image": b"\x89PNG"}], [{"text": float("nan")}], [{"text": "nul\x00byte"}], [{"text": "\ud800"}]],
+)
+def test_content_that_cannot_be_stored_as_json_is_refused(content: list[Any]) -> None:
+    with pytest.raises(InvalidMessage):
+        DjangoChatStorage().save_chat_message_sync("u", "s", "a", ConversationMessage("user", content))
+    assert not Message.objects.exists()

@@ -273,3 +273,56 @@ def test_query_counts_do_not_grow_with_the_history(stored: int, count_queries: A
     assert fetch.count <= 2, fetch.statements
     assert save.count <= 6, save.statements
     assert compressing.count <= 6, compressing.statements
+
+
+# -- edge cases found in review ---------------------------------------------------------------
+def test_a_slot_override_never_lets_keep_last_reach_trigger_at() -> None:
+    seen: list[int] = []
+
+    def spy(history: list[ConversationMessage], keep_last: int) -> list[ConversationMessage]:
+        seen.append(keep_last)
+        return summarizers.fold(history, keep_last)
+
+    store = wrap(spy, trigger_at=10, keep_last=2)
+    turns(store, 0, 3)
+    Slot.objects.update(trigger_at=2)  # the storage's keep_last (2) would equal it
+    store.fetch_chat_sync("u", "s", "a")
+    turns(store, 3, 1)
+    assert seen == [1, 1]
+    assert len(store.fetch_chat_sync("u", "s", "a")) <= 2 * 2
+
+
+def test_inline_compression_waits_for_the_callers_commit() -> None:
+    from django.db import connection, transaction
+
+    in_transaction: list[bool] = []
+
+    def spy(history: list[ConversationMessage], keep_last: int) -> list[ConversationMessage]:
+        in_transaction.append(connection.in_atomic_block)
+        return summarizers.fold(history, keep_last)
+
+    store = wrap(spy)
+    turns(store, 0, 3)
+    store.fetch_chat_sync("u", "s", "a")
+    with transaction.atomic():
+        turns(store, 3, 1)  # crosses the threshold inside the caller's transaction
+        assert len(in_transaction) == 1
+    assert in_transaction == [False, False]
+    assert texts(store.fetch_chat_sync("u", "s", "a"))[0] == "S(S(q0+a0+q1+a1)+q2+a2)"
+
+
+def test_activation_judges_the_whole_history_even_when_saves_trim_it() -> None:
+    store = wrap(trigger_at=3, keep_last=1)
+    for i in range(10):
+        store.save_chat_message_sync("u", "s", "a", msg("user", f"q{i}"), max_history_size=4)
+        store.save_chat_message_sync("u", "s", "a", msg("assistant", f"a{i}"), max_history_size=4)
+    assert texts(store.fetch_chat_sync("u", "s", "a")) == ["q8", "a8", "q9", "a9"]
+    assert Slot.objects.get().active  # 20 raw messages > 6, though only 4 are visible
+    turns(store, 10, 2)
+    assert texts(store.fetch_chat_sync("u", "s", "a"))[0].startswith("S(")
+
+
+def test_an_empty_batch_creates_no_slot() -> None:
+    assert wrap().save_chat_messages_sync("u", "s", "a", []) == []
+    assert DjangoChatStorage().save_chat_messages_sync("u", "s", "a", []) == []
+    assert not Slot.objects.exists()

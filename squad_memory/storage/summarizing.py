@@ -7,12 +7,20 @@ from typing import Any
 from agent_squad.storage import ChatStorage
 from agent_squad.types import ConversationMessage
 from asgiref.sync import async_to_sync, sync_to_async
+from django.db import transaction
 
 from squad_memory import buffer, history
 from squad_memory.conf import app_settings
 from squad_memory.exceptions import ConfigurationError, SummarizerError
 from squad_memory.history import AppendResult, SlotKey
-from squad_memory.messages import MessageDict, needs_compression, to_dicts, to_messages, trim
+from squad_memory.messages import (
+    MessageDict,
+    effective_keep_last,
+    needs_compression,
+    to_dicts,
+    to_messages,
+    trim,
+)
 from squad_memory.models import Slot
 from squad_memory.storage.orm import DjangoChatStorage, _as_list, _key
 from squad_memory.summarizers import Summarizer, SummarizerFunc, require_importable, resolve
@@ -115,12 +123,15 @@ class SummarizingChatStorage(ChatStorage):  # type: ignore[misc]
             return async_to_sync(self.fetch_chat)(user_id, session_id, agent_id, max_history_size)
         key = _key(user_id, session_id, agent_id)
         slot = self._slot(key)
-        if slot is not None and slot.active:
+        if slot is None:
+            return []
+        if slot.active:
             return trim(to_messages(buffer.read(slot)), max_history_size)
-        rows = history.visible(self.namespace, key)
-        if slot is None or not needs_compression(len(rows), slot.trigger_at or self.trigger_at):
-            return trim(to_messages(rows), max_history_size)
-        return trim(self._activate(slot, None), max_history_size)
+        # Activation judges the whole history, trimmed messages included.
+        if needs_compression(slot.last_seq, slot.trigger_at or self.trigger_at):
+            return trim(self._activate(slot, None) or [], max_history_size)
+        rows = history.rows_after(slot.pk, slot.visible_from_seq - 1)
+        return trim(to_messages(rows), max_history_size)
 
     def fetch_all_chats_sync(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         if isinstance(self._storage, DjangoChatStorage):
@@ -160,7 +171,11 @@ class SummarizingChatStorage(ChatStorage):  # type: ignore[misc]
         slot = self._slot(key)
         if slot is None:
             return None
-        slot, token = buffer.activate(slot.pk, None, app_settings.pending_timeout)
+        seed = None
+        if not self._django and not slot.active:
+            raw = async_to_sync(self._storage.fetch_chat)(user_id, session_id, agent_id)
+            seed = to_dicts(_as_list(raw))
+        slot, token = buffer.activate(slot.pk, None, app_settings.pending_timeout, seed)
         return self._run_claim(slot, token, "manual") if token else None
 
     # -- the ChatStorage contract ------------------------------------------------------
@@ -215,8 +230,10 @@ class SummarizingChatStorage(ChatStorage):  # type: ignore[misc]
             rows = await sync_to_async(buffer.read)(slot)
             return trim(to_messages(rows), max_history_size)
         # Judge activation on the whole history; foreign stores may take no size argument.
+        seen = slot.last_seq if slot is not None else 0
         raw = _as_list(await self._storage.fetch_chat(user_id, session_id, agent_id))
-        return trim(await sync_to_async(self._activate_foreign)(key, raw), max_history_size)
+        messages = await sync_to_async(self._activate_foreign)(key, raw, seen)
+        return trim(messages, max_history_size)
 
     async def fetch_all_chats(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         return _as_list(await self._storage.fetch_all_chats(user_id, session_id))
@@ -261,14 +278,23 @@ class SummarizingChatStorage(ChatStorage):  # type: ignore[misc]
             history.visible(self.namespace, (slot.user_id, slot.session_id, slot.agent_id))
         )
 
-    def _activate(self, slot: Slot, seed: list[MessageDict] | None) -> list[ConversationMessage]:
-        slot, token = buffer.activate(slot.pk, self.trigger_at, app_settings.pending_timeout, seed)
+    def _activate(
+        self, slot: Slot, seed: list[MessageDict] | None, seen: int | None = None
+    ) -> list[ConversationMessage] | None:
+        """Activate and compress; None if a save moved the slot past ``seen`` meanwhile."""
+        slot, token = buffer.activate(
+            slot.pk, self.trigger_at, app_settings.pending_timeout, seed, expect_last_seq=seen
+        )
+        if not slot.active:
+            return None
         if token:
             self._run_claim(slot, token, "activation")
             slot.refresh_from_db()
         return to_messages(buffer.read(slot))
 
-    def _activate_foreign(self, key: SlotKey, raw: list[Any]) -> list[ConversationMessage]:
+    def _activate_foreign(
+        self, key: SlotKey, raw: list[Any], seen: int
+    ) -> list[ConversationMessage]:
         slot = self._slot(key)
         trigger = (slot.trigger_at if slot else None) or self.trigger_at
         if not needs_compression(len(raw), trigger):
@@ -277,17 +303,30 @@ class SummarizingChatStorage(ChatStorage):  # type: ignore[misc]
             slot, _ = Slot.objects.get_or_create(
                 namespace=self.namespace, user_id=key[0], session_id=key[1], agent_id=key[2]
             )
-        return self._activate(slot, to_dicts(raw))
+        # A save recorded after ``raw`` was read would be missing from the seed: retry later.
+        activated = self._activate(slot, to_dicts(raw), seen)
+        return activated if activated is not None else to_messages(to_dicts(raw))
 
     def _run_claim(self, slot: Slot, token: str, trigger: str) -> buffer.Outcome | None:
-        """Compress a claimed slot now (inline) or hand it to a worker (Celery mode)."""
-        keep_last = slot.keep_last if slot.keep_last is not None else self.keep_last
+        """Compress a claimed slot now (inline) or hand it to a worker (Celery mode).
+
+        Inside a caller's transaction (``ATOMIC_REQUESTS``, an ``atomic()`` block) an
+        inline compression waits for the commit: the summarizer never runs while the
+        slot's row lock is held.
+        """
+        keep_last = effective_keep_last(slot, self.trigger_at, self.keep_last)
         if self.mode == "celery":
             from squad_memory import tasks
 
             path = require_importable(self._summarizer)
             tasks.enqueue_compression(slot.pk, token, path, keep_last, self.trigger_at)
             return None
+        if buffer.in_callers_transaction():
+            transaction.on_commit(lambda: self._compress(slot, token, keep_last, trigger))
+            return None
+        return self._compress(slot, token, keep_last, trigger)
+
+    def _compress(self, slot: Slot, token: str, keep_last: int, trigger: str) -> buffer.Outcome:
         outcome = buffer.compress(
             buffer.snapshot(slot), token, self._summarizer, keep_last, trigger=trigger
         )
