@@ -16,6 +16,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.utils.translation import gettext as _
 
 from squad_memory import __version__, buffer, get_storage
+from squad_memory.exceptions import SquadMemoryError
 from squad_memory.models import DJANGO_NAMESPACE, Compression, Message, Slot
 from squad_memory.storage import SummarizingChatStorage
 
@@ -80,7 +81,12 @@ def summarize(slot: Slot) -> Result:
             )
             % {"slot": slot, "ns": slot.namespace},
         )
-    outcome = _storage_for(slot).compress_now(slot.user_id, slot.session_id, slot.agent_id)
+    try:
+        outcome = _storage_for(slot).compress_now(slot.user_id, slot.session_id, slot.agent_id)
+    except SquadMemoryError as exc:  # ON_ERROR="raise", or a key refused by today's limits
+        return Result(
+            slot, False, _("%(slot)s: not summarized: %(error)s") % {"slot": slot, "error": exc}
+        )
     return _describe(slot, outcome)
 
 

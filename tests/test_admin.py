@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
 
 import squad_memory
 from squad_memory import actions, buffer
@@ -323,6 +325,32 @@ def test_tool_use_and_tool_result_blocks_are_readable(admin_client: Client) -> N
     assert "{&#x27;toolUse&#x27;" not in page  # not a dict dump
 
 
+@pytest.mark.parametrize(
+    ("block", "shown"),
+    [
+        ({"toolUse": "x-not-a-dict"}, "x-not-a-dict"),
+        ({"toolResult": [1234]}, "1234"),
+        ({"type": "tool_result", "content": [{"toolUse": 5678}]}, "5678"),
+        ({"type": "tool_use", "toolUse": SCRIPT}, escape(SCRIPT)),
+    ],
+)
+def test_tool_blocks_of_another_shape_are_shown_as_stored(
+    admin_client: Client, block: dict[str, Any], shown: str
+) -> None:
+    slot = make_slot(0)
+    message = Message.objects.create(slot=slot, seq=1, role="user", content=[block], timestamp=T0)
+    Slot.objects.filter(pk=slot.pk).update(last_seq=1, last_role="user")
+    for address in (
+        url("slot_change", slot.pk),
+        url("message_changelist"),
+        url("message_change", message.pk),
+    ):
+        response = admin_client.get(address)
+        assert response.status_code == 200, address
+        assert "<script>alert" not in response.content.decode()
+    assert shown in admin_client.get(url("slot_change", slot.pk)).content.decode()
+
+
 def test_content_is_always_escaped(admin_client: Client) -> None:
     slot = make_slot(
         0, agent=SCRIPT, summary=[{"role": "user", "content": [{"text": SCRIPT}]}], active=True
@@ -472,6 +500,40 @@ def test_bulk_summarize_asks_then_compresses_each(admin_client: Client) -> None:
     assert sorted(Slot.objects.filter(active=True).values_list("agent_id", flat=True)) == ["a", "b"]
 
 
+def _failing(history: list[Any], keep_last: int) -> list[Any]:
+    raise RuntimeError("backend down")
+
+
+def test_summarize_now_reports_a_raising_summarizer(admin_client: Client, settings: Any) -> None:
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "SUMMARIZER": _failing, "ON_ERROR": "raise"}
+    slot = make_slot(10)
+    response = admin_client.post(url("slot_summarize", slot.pk), follow=True)
+    assert response.redirect_chain[-1][0] == url("slot_change", slot.pk)
+    (message,) = response.context["messages"]
+    assert message.level_tag == "error" and "backend down" in message.message
+    assert Compression.objects.get().outcome == "failed"
+
+
+def test_bulk_summarize_reports_each_failure_and_goes_on(
+    admin_client: Client, settings: Any
+) -> None:
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "MAX_ID_LENGTH": 20}
+    slots = [make_slot(10, agent="a"), make_slot(10, agent="b" * 30), make_slot(10, agent="c")]
+    response = admin_client.post(
+        url("slot_changelist"),
+        {
+            "action": "summarize_selected",
+            ACTION_CHECKBOX_NAME: [s.pk for s in slots],
+            "post": "yes",
+        },
+        follow=True,
+    )
+    assert response.status_code == 200
+    errors = [m.message for m in response.context["messages"] if m.level_tag == "error"]
+    assert len(errors) == 1 and "b" * 30 in errors[0]
+    assert sorted(Slot.objects.filter(active=True).values_list("agent_id", flat=True)) == ["a", "c"]
+
+
 def test_bulk_reset_and_export(admin_client: Client) -> None:
     slots = [active_slot(12, covered=8), make_slot(4, agent="b", active=True, covered_seq=2)]
     assert bulk(admin_client, "reset_selected", slots, confirm=False).status_code == 200
@@ -482,6 +544,36 @@ def test_bulk_reset_and_export(admin_client: Client) -> None:
     data = json.loads(b"".join(response.streaming_content))
     assert sorted(len(s["messages"]) for s in data["slots"]) == [4, 12]
     assert response["Content-Disposition"] == 'attachment; filename="slots-2.json"'
+
+
+def test_bulk_action_on_all_filtered_slots_carries_select_across(
+    admin_client: Client, settings: Any
+) -> None:
+    settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 50  # far fewer than the slots selected
+    Slot.objects.bulk_create(
+        [
+            Slot(user_id="u", session_id=f"s{i}", agent_id="a" if i < 120 else "b", active=True)
+            for i in range(130)
+        ]
+    )
+    listing = url("slot_changelist") + "?agent_id__exact=a"
+    first = Slot.objects.filter(agent_id="a").first()
+    assert first is not None
+    data = {"action": "reset_selected", "select_across": "1", "index": "0"}
+    confirm = admin_client.post(listing, {**data, ACTION_CHECKBOX_NAME: [first.pk]})
+    page = confirm.content.decode()
+    assert confirm.status_code == 200 and "and 20 more slots" in page
+    assert page.count('<li><a href="/admin/squad_memory/slot/') == 100
+    form = page[page.index('<form method="post"') :]
+    assert form.startswith(f'<form method="post" action="{escape(listing)}">')
+    hidden = re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', form)
+    assert len(hidden) < 10 and ("select_across", "1") in hidden
+    fields: dict[str, list[str]] = {}
+    for name, value in hidden:
+        fields.setdefault(name, []).append(value)
+    done = admin_client.post(listing, fields)  # what the browser sends back
+    assert done.status_code == 302
+    assert list(Slot.objects.filter(active=True).values_list("agent_id", flat=True)) == ["b"] * 10
 
 
 # -- permissions -----------------------------------------------------------------------------------
@@ -567,6 +659,31 @@ def test_slot_form_saves_only_the_overrides(admin_client: Client) -> None:
     assert (slot.trigger_at, slot.keep_last, slot.last_seq) == (6, 1, 5)
     bad = admin_client.post(url("slot_change", slot.pk), {"trigger_at": 2, "keep_last": 2})
     assert bad.status_code == 200 and b"Keep last must be smaller" in bad.content
+
+
+@pytest.mark.parametrize(
+    ("trigger_at", "keep_last", "ok"),
+    [
+        (0, "", False),
+        (0, 0, False),
+        (2, "", False),  # KEEP_LAST (2) applies
+        ("", 20, False),  # TRIGGER_AT (20) applies
+        (3, "", True),
+        ("", 19, True),
+    ],
+)
+def test_slot_form_checks_the_values_that_apply(
+    admin_client: Client, settings: Any, trigger_at: Any, keep_last: Any, ok: bool
+) -> None:
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "TRIGGER_AT": 20, "KEEP_LAST": 2}
+    slot = make_slot(4)
+    data = {"trigger_at": trigger_at, "keep_last": keep_last}
+    response = admin_client.post(url("slot_change", slot.pk), data)
+    assert response.status_code == (302 if ok else 200)
+    slot.refresh_from_db()
+    saved = (slot.trigger_at, slot.keep_last)
+    expected = tuple(None if v == "" else v for v in (trigger_at, keep_last))
+    assert saved == (expected if ok else (None, None))
 
 
 def test_action_results_name_the_outcome() -> None:

@@ -144,3 +144,46 @@ def test_user_id_resolver_is_read_live_from_settings(users: Users) -> None:
         assert client.get(f"/api/slots/{slot.pk}/").status_code == 200
         response = post(client, {"session_id": "s", "agent_id": "a", "message": one("user", "x")})
         assert response.json()["slot"]["id"] == slot.pk
+
+
+def _no_id(user: User) -> Any:
+    return None
+
+
+def _empty_id(user: User) -> str:
+    return ""
+
+
+def _bad_id(user: User) -> str:
+    return "nul\x00"
+
+
+def _broken_resolver(user: User) -> str:
+    raise RuntimeError("directory unreachable")
+
+
+@pytest.mark.parametrize("resolver", ["_no_id", "_empty_id", "_bad_id", "_broken_resolver"])
+def test_a_user_without_a_usable_id_is_refused_not_merged(users: Users, resolver: str) -> None:
+    for user_id in ("None", ""):  # what a shared, made-up identity would read
+        Slot.objects.create(user_id=user_id, session_id="s", agent_id="a")
+    client = client_for(users.owner)
+    with override_settings(SQUAD_MEMORY={"USER_ID_RESOLVER": f"{__name__}.{resolver}"}):
+        assert client.get("/api/slots/").status_code == 403
+        assert client.get("/api/sessions/s/history/").status_code == 403
+        response = post(client, {"session_id": "t", "agent_id": "a", "message": one("user", "x")})
+        assert response.status_code == 403 and "USER_ID_RESOLVER" in response.json()["detail"]
+        assert client_for(users.staff).get("/api/slots/").status_code == 200  # staff need no id
+    assert not Slot.objects.filter(session_id="t").exists()
+
+
+def test_methods_an_endpoint_lacks_are_405_not_403(users: Users) -> None:
+    slot = fill(users.reader, 2)
+    for user in (users.reader, users.owner):
+        client = client_for(user)
+        for method in ("delete", "put", "patch"):
+            assert getattr(client, method)(f"/api/slots/{slot.pk}/").status_code == 405
+            assert getattr(client, method)("/api/slots/messages/").status_code == 405
+        assert client.post("/api/sessions/s1/history/").status_code == 405
+        assert client.get(f"/api/slots/{slot.pk}/compress/").status_code == 405
+    assert client_for(None).delete(f"/api/slots/{slot.pk}/").status_code == 401
+    assert Slot.objects.filter(pk=slot.pk).exists()

@@ -146,6 +146,23 @@ def test_huge_bodies_are_413(users: Users) -> None:
     assert_nothing_stored()
 
 
+def test_large_batches_within_the_limits_are_accepted(users: Users, settings: Any) -> None:
+    batch = [one("user" if i % 2 == 0 else "assistant", f"{i}" + "x" * 60_000) for i in range(45)]
+    payload = json.dumps(body(message=None, messages=batch)).encode()
+    assert len(payload) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # Django's own cap, 2.5 MB
+    response = raw(client_for(users.owner), payload)
+    assert response.status_code == 201, response.content[:200]
+    assert Message.objects.count() == 45
+
+
+def test_bodies_over_the_api_limit_get_a_json_413(users: Users) -> None:
+    payload = b"[" + b"0," * 4_000_000 + b"0]"  # 8 MB: over a full batch of full messages
+    response = raw(client_for(users.owner), payload)
+    assert response.status_code == 413 and response["Content-Type"] == "application/json"
+    assert "exceeds" in response.json()["detail"]
+    assert_nothing_stored()
+
+
 @pytest.mark.parametrize(
     "text",
     ["\ud800", "a\udfffb", "nul\x00", "\ud83d"],
@@ -157,6 +174,23 @@ def test_unstorable_strings_in_content_are_400(users: Users, text: str) -> None:
     key_message = {"role": "user", "content": [{text: "x"}]}
     key_response = post_escaped(client_for(users.owner), body(message=key_message))
     assert key_response.status_code == 400
+    assert_nothing_stored()
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ('{"role": "user", "content": [{"text": 1e400}]}', "content"),
+        ('{"role": "user", "content": [{"json": {"a": [1, -1e999]}}]}', "content"),
+        ('{"role": "user", "content": [{"text": "x"}], "citations": [{"n": 1e400}]}', "citations"),
+    ],
+)
+def test_non_finite_numbers_are_400_field_errors(users: Users, message: str, field: str) -> None:
+    client = client_for(users.owner)
+    single = raw(client, f'{{"session_id": "s", "agent_id": "a", "message": {message}}}'.encode())
+    assert single.status_code == 400 and field in single.json()["message"]
+    batch = raw(client, f'{{"session_id": "s", "agent_id": "a", "messages": [{message}]}}'.encode())
+    assert batch.status_code == 400 and field in batch.json()["messages"]["0"]
     assert_nothing_stored()
 
 

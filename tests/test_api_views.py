@@ -171,6 +171,16 @@ def test_compress_failure_is_502_and_logged(users: Users, on_error: str) -> None
     assert Compression.objects.get(slot=slot).outcome == "failed"
 
 
+def test_buffer_read_with_failing_summarizer_in_raise_mode_is_502(users: Users) -> None:
+    slot = fill(users.owner, 50)  # inactive and long: the first read starts the buffer
+    client = client_for(users.owner)
+    with override_settings(SQUAD_MEMORY={"SUMMARIZER": _failing, "ON_ERROR": "raise"}):
+        response = client.get(f"/api/slots/{slot.pk}/buffer/")
+    assert response.status_code == 502 and "backend down" in response.json()["detail"]
+    assert Compression.objects.get(slot=slot).outcome == "failed"
+    assert len(client.get(f"/api/slots/{slot.pk}/buffer/").json()["messages"]) >= 1
+
+
 def test_post_with_failing_summarizer_in_raise_mode_keeps_the_message(users: Users) -> None:
     slot = fill(users.owner, 41)
     client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")

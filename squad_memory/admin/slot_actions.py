@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
@@ -72,6 +73,8 @@ SLOT_ACTIONS = {
 
 #: Per-slot messages shown after a bulk action; the rest are counted.
 MAX_REPORTED = 10
+#: Slots listed on a confirmation page; the rest are counted.
+MAX_LISTED = 100
 
 
 class SlotActionsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -143,17 +146,28 @@ class SlotActionsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             self.message_user(request, result.message, level)
 
     def confirm_slot_action(
-        self, request: HttpRequest, name: str, slots: list[Slot], *, bulk: bool
+        self, request: HttpRequest, name: str, slots: list[Slot] | QuerySet[Slot], *, bulk: bool
     ) -> TemplateResponse:
+        """The confirmation page; a bulk one posts back to the list with its filters.
+
+        "Select all" is carried as ``select_across`` (the list's query string re-selects
+        the slots), never as one field per slot, which could exceed
+        ``DATA_UPLOAD_MAX_NUMBER_FIELDS``.
+        """
         action = SLOT_ACTIONS[name]
+        shown = list(slots[:MAX_LISTED])
+        total = len(slots) if isinstance(slots, list) else slots.count()
+        across = bulk and _select_across(request)
         context = {
             **self.admin_site.each_context(request),
             "title": _("Are you sure?"),
             "subtitle": action.label,
             "action": action,
-            "slots": slots[:100],
-            "more_slots": max(len(slots) - 100, 0),
-            "ids": [s.pk for s in slots] if bulk else [],
+            "slots": shown,
+            "more_slots": max(total - len(shown), 0),
+            "ids": _selected_ids(slots, shown, across) if bulk else [],
+            "select_across": across,
+            "form_url": request.get_full_path(),
             "bulk": bulk,
             "bulk_action": f"{name}_selected",
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
@@ -166,10 +180,9 @@ class SlotActionsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _bulk(
         self, request: HttpRequest, name: str, queryset: QuerySet[Slot]
     ) -> HttpResponseBase | None:
-        slots = list(queryset)
         if request.POST.get("post") == "yes":
-            return self.run_slot_action(request, name, slots)
-        return self.confirm_slot_action(request, name, slots, bulk=True)
+            return self.run_slot_action(request, name, list(queryset))
+        return self.confirm_slot_action(request, name, queryset, bulk=True)
 
     @admin.action(description=_("Summarize now"), permissions=["change"])
     def summarize_selected(
@@ -188,3 +201,18 @@ class SlotActionsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self, request: HttpRequest, queryset: QuerySet[Slot]
     ) -> HttpResponseBase | None:
         return self._bulk(request, "export", queryset)
+
+
+def _select_across(request: HttpRequest) -> bool:
+    """Whether the list's "select all" was used (the admin's own ``select_across`` field)."""
+    return bool(forms.BooleanField(required=False).clean(request.POST.get("select_across")))
+
+
+def _selected_ids(slots: list[Slot] | QuerySet[Slot], shown: list[Slot], across: bool) -> list[Any]:
+    """The ids the confirmation posts back: all selected ones, or with select_across just one
+    (the admin needs a non-empty selection to run an action; the query string decides)."""
+    if across:
+        return [s.pk for s in shown[:1]]
+    if isinstance(slots, list):
+        return [s.pk for s in slots]
+    return list(slots.values_list("pk", flat=True))

@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
 from squad_memory.admin.slot_actions import SlotActionsAdmin
+from squad_memory.conf import app_settings
 from squad_memory.models import Slot
 
 STATE_LABELS = {
@@ -53,17 +54,32 @@ class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
         model = Slot
         fields = ["trigger_at", "keep_last"]
 
+    def clean_trigger_at(self) -> int | None:
+        value: int | None = self.cleaned_data.get("trigger_at")
+        if value is not None and value < 1:
+            raise forms.ValidationError(_("Trigger at must be at least 1 (or empty)."))
+        return value
+
     def clean(self) -> dict[str, Any]:
+        """Compare the values that will apply: an empty field means the setting's value."""
         data = super().clean() or {}
-        trigger_at, keep_last = data.get("trigger_at"), data.get("keep_last")
-        if trigger_at is not None and keep_last is not None and keep_last >= trigger_at:
+        if self.has_error("trigger_at") or self.has_error("keep_last"):
+            return data
+        trigger_at = _or_default(data.get("trigger_at"), app_settings.trigger_at)
+        keep_last = _or_default(data.get("keep_last"), app_settings.keep_last)
+        if keep_last >= trigger_at:
             raise forms.ValidationError(
                 _(
                     "Keep last must be smaller than trigger at, or a compression cannot shorten "
-                    "the buffer."
+                    "the buffer (here %(keep)d and %(trigger)d; an empty field uses the setting)."
                 )
+                % {"keep": keep_last, "trigger": trigger_at}
             )
         return data
+
+
+def _or_default(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 @admin.register(Slot)

@@ -108,10 +108,14 @@ def to_block(block: dict[str, Any]) -> Block:
     kind = block.get("type")
     if "toolUse" in block or kind == "tool_use":
         use = block.get("toolUse") or block
+        if not isinstance(use, dict):  # not agent-squad's shape: show it as stored
+            return Block("other", title="toolUse", body=_pretty(use))
         title = f"{use.get('name', '?')} ({use.get('toolUseId') or use.get('id') or '-'})"
         return Block("tool_use", title=title, body=_pretty(use.get("input", {})))
     if "toolResult" in block or kind == "tool_result":
         res = block.get("toolResult") or block
+        if not isinstance(res, dict):
+            return Block("other", title="toolResult", body=_pretty(res))
         ident = res.get("toolUseId") or res.get("tool_use_id") or "-"
         status = res.get("status") or ("error" if res.get("is_error") else "")
         title = f"{ident}{' · ' + status if status else ''}"

@@ -6,10 +6,23 @@ checked and used without it.
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
+
+from django.core.exceptions import PermissionDenied
 
 from squad_memory.conf import app_settings
 from squad_memory.models import Slot, SlotQuerySet
+
+logger = logging.getLogger(__name__)
+
+#: Characters an id may not contain: C0 and C1 control characters, DEL, and surrogates.
+FORBIDDEN_ID_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+NO_IDENTITY = (
+    "Your account has no conversation identity (SQUAD_MEMORY['USER_ID_RESOLVER'] gave no "
+    "usable user_id for it)."
+)
 
 
 def default_user_id(user: Any) -> str:
@@ -18,9 +31,25 @@ def default_user_id(user: Any) -> str:
 
 
 def user_id_for(user: Any) -> str:
-    """The ``user_id`` of the slots ``user`` owns, by the configured resolver (read live)."""
+    """The ``user_id`` of the slots ``user`` owns, by the configured resolver (read live).
+
+    A user the resolver gives no usable id (None, an empty string, a value that is not a
+    valid id, or an error) has no slots: :class:`PermissionDenied`, never a shared id.
+    """
     resolver = app_settings.import_callable("USER_ID_RESOLVER")
-    return str(resolver(user))
+    try:
+        value = resolver(user)
+    except Exception as exc:  # a resolver bug must not become a 500 or someone else's id
+        logger.exception("USER_ID_RESOLVER failed for user %r", getattr(user, "pk", None))
+        raise PermissionDenied(NO_IDENTITY) from exc
+    user_id = "" if value is None else str(value)
+    if not _valid_id(user_id):
+        raise PermissionDenied(NO_IDENTITY)
+    return user_id
+
+
+def _valid_id(value: str) -> bool:
+    return 0 < len(value) <= app_settings.max_id_length and not FORBIDDEN_ID_CHARS.search(value)
 
 
 def sees_everything(user: Any) -> bool:

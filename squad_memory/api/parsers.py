@@ -8,7 +8,7 @@ from typing import IO, Any
 
 from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser
 
 from squad_memory.conf import app_settings
 
@@ -27,8 +27,15 @@ def max_body_bytes() -> int:
     return app_settings.max_message_bytes * app_settings.max_batch_size + ENVELOPE_BYTES
 
 
-class LimitedJSONParser(JSONParser):
-    """``application/json`` only, read up to :func:`max_body_bytes`; bad bodies are 400/413."""
+class LimitedJSONParser(BaseParser):
+    """``application/json`` only, read up to :func:`max_body_bytes`; bad bodies are 400/413.
+
+    It reads the request stream itself rather than ``request.body`` (which DRF uses for
+    its own ``JSONParser`` and which Django caps at ``DATA_UPLOAD_MAX_MEMORY_SIZE``), so
+    the API's limit is the one that applies: a full batch of full-size messages fits.
+    """
+
+    media_type = "application/json"
 
     def parse(
         self,
@@ -41,7 +48,10 @@ class LimitedJSONParser(JSONParser):
         limit = max_body_bytes()
         raw = stream.read(limit + 1)
         if len(raw) > limit:
-            raise RequestTooLarge(f"The request body exceeds {limit} bytes.")
+            raise RequestTooLarge(
+                f"The request body exceeds {limit} bytes (a batch of MAX_BATCH_SIZE messages "
+                "of MAX_MESSAGE_BYTES each); send fewer or smaller messages per request."
+            )
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -36,8 +36,8 @@ class SlotAccess(BasePermission):
         user = request.user
         if not (user and user.is_authenticated):
             return False
-        if request.method in SAFE_METHODS:
-            return True
+        if request.method in SAFE_METHODS or request.method not in view.allowed_methods:
+            return True  # reads are allowed; a method the view lacks is its 405
         needed = required_permission(view, request)
         return needed is not None and bool(user.has_perm(needed))
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
+import math
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from squad_memory.api.access import FORBIDDEN_ID_CHARS
 from squad_memory.conf import app_settings
 from squad_memory.messages import ROLES
 from squad_memory.models import Message, Slot
@@ -17,9 +18,7 @@ from squad_memory.models import Message, Slot
 MAX_DEPTH = 32
 
 
-#: Characters an id may not contain: C0 and C1 control characters, DEL, and surrogates.
-FORBIDDEN_ID_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-#: The same rule for the OpenAPI schema.
+#: The same rule as FORBIDDEN_ID_CHARS for the OpenAPI schema.
 ID_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f\\ud800-\\udfff]+$"
 
 
@@ -53,7 +52,8 @@ class IdField(serializers.CharField):
 
 
 def check_json(value: Any) -> None:
-    """Reject what a database cannot store in JSON: NUL, lone surrogates, deep nesting."""
+    """Reject what JSON or a database cannot hold: NUL, lone surrogates, non-finite numbers,
+    deep nesting."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -61,6 +61,11 @@ def check_json(value: Any) -> None:
             raise serializers.ValidationError(f"Must not be nested deeper than {MAX_DEPTH} levels.")
         if isinstance(item, str):
             _check_text(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise serializers.ValidationError(
+                "Numbers must be finite (a value such as 1e400 overflows to infinity); "
+                "send large numbers as strings."
+            )
         elif isinstance(item, dict):
             for key, child in item.items():
                 _check_text(str(key))
@@ -92,8 +97,15 @@ class MessageInSerializer(serializers.Serializer[dict[str, Any]]):
         child=serializers.JSONField(), required=False, allow_null=True, allow_empty=True
     )
 
+    def validate_content(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        check_json(value)
+        return value
+
+    def validate_citations(self, value: list[Any] | None) -> list[Any] | None:
+        check_json(value)
+        return value
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        check_json([attrs["content"], attrs.get("citations")])
         size = len(json.dumps(attrs, ensure_ascii=False).encode("utf-8"))
         limit = app_settings.max_message_bytes
         if size > limit:

@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -60,18 +60,24 @@ def as_dicts(messages: list[ConversationMessage]) -> list[dict[str, Any]]:
     ]
 
 
+class SummarizerFailed(APIException):
+    """The summarizer (an upstream service) failed; what was stored stays stored."""
+
+    status_code = status.HTTP_502_BAD_GATEWAY
+    default_detail = "The summarizer failed."
+    default_code = "summarizer_failed"
+
+
 @contextmanager
-def bad_key_as_400() -> Iterator[None]:
-    """A slot key the storage refuses (stored before a stricter limit) is the client's 400."""
+def storage_errors(failure: str = "The summarizer failed") -> Iterator[None]:
+    """The storage's refusals as answers: a key or message it refuses (for instance one
+    stored before a stricter limit) is the client's 400; a failing summarizer is a 502."""
     try:
         yield
-    except InvalidSlotKey as exc:
+    except (InvalidSlotKey, InvalidMessage) as exc:
         raise ValidationError({"non_field_errors": [str(exc)]}) from exc
-
-
-def bad_gateway(detail: str) -> Response:
-    """The summarizer (an upstream service) failed; what was stored stays stored."""
-    return Response({"detail": detail}, status=status.HTTP_502_BAD_GATEWAY)
+    except SummarizerError as exc:
+        raise SummarizerFailed(f"{failure}: {exc}") from exc
 
 
 def query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
@@ -154,15 +160,16 @@ class SlotViewSet(
     @extend_schema(
         summary="The buffer of a slot",
         description="What fetch_chat returns: the summary followed by the newer messages, "
-        "or the visible history while the buffer is inactive.",
+        "or the visible history while the buffer is inactive. Like fetch_chat, the first read "
+        "of a long history starts the buffer, which compresses it (a summarizer call).",
         parameters=[schema.SLOT_ID, BufferQuerySerializer],
-        responses=schema.errors({200: BufferSerializer}, 400, 401, 403, 404),
+        responses=schema.errors({200: BufferSerializer}, 400, 401, 403, 404, 502),
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def buffer(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_object()
         size = query(BufferQuerySerializer, request).get("max_history_size")
-        with bad_key_as_400():
+        with storage_errors():
             messages = storage().fetch_chat_sync(slot.user_id, slot.session_id, slot.agent_id, size)
         data = {"slot": slot.pk, "active": bool(slot.active), "messages": as_dicts(messages)}
         return Response(BufferSerializer(data).data)
@@ -189,7 +196,7 @@ class SlotViewSet(
         data = serializer.validated_data
         user_id = user_id_param(request, data.get("user_id"))
         single = "message" in data
-        try:
+        with storage_errors("The messages were stored, but the summarizer failed"):
             result = storage().save_messages_detailed(
                 user_id,
                 data["session_id"],
@@ -198,10 +205,6 @@ class SlotViewSet(
                 check_role=single,
                 max_history_size=data.get("max_history_size"),
             )
-        except (InvalidSlotKey, InvalidMessage) as exc:
-            raise ValidationError({"non_field_errors": [str(exc)]}) from exc
-        except SummarizerError as exc:
-            return bad_gateway(f"The messages were stored, but the summarizer failed: {exc}")
         result.slot.refresh_from_db()
         body = {"slot": result.slot, "stored": result.rows, "skipped": result.skipped}
         code = status.HTTP_200_OK if result.skipped else status.HTTP_201_CREATED
@@ -214,20 +217,17 @@ class SlotViewSet(
         "202 when handed to a worker (Celery mode).",
         request=None,
         responses=schema.errors(
-            {200: CompressResultSerializer, 202: CompressResultSerializer}, 401, 403, 404, 502
+            {200: CompressResultSerializer, 202: CompressResultSerializer}, 400, 401, 403, 404, 502
         ),
     )
     @action(detail=True, methods=["post"], pagination_class=None)
     def compress(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_object()
         mode = storage().mode
-        try:
-            with bad_key_as_400():
-                outcome = storage().compress_now(slot.user_id, slot.session_id, slot.agent_id)
-        except SummarizerError as exc:
-            return bad_gateway(f"The summarizer failed: {exc}")
+        with storage_errors():
+            outcome = storage().compress_now(slot.user_id, slot.session_id, slot.agent_id)
         if outcome is not None and outcome.error is not None:
-            return bad_gateway(f"The summarizer failed: {outcome.error}")
+            raise SummarizerFailed(f"The summarizer failed: {outcome.error}")
         slot.refresh_from_db()
         name = outcome.outcome if outcome else ("queued" if mode == "celery" else "pending")
         code = status.HTTP_202_ACCEPTED if name == "queued" else status.HTTP_200_OK
@@ -269,7 +269,7 @@ class SessionHistoryView(ApiMixin, APIView):
         if given is not None and not access.may_act_as(request.user, given):
             raise NotFound()
         user_id = given or access.user_id_for(request.user)
-        with bad_key_as_400():
+        with storage_errors():
             messages = storage().fetch_all_chats_sync(user_id, session_id)
         data = {"user_id": user_id, "session_id": session_id, "messages": as_dicts(messages)}
         return Response(HistorySerializer(data).data)
