@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from squad_memory import sql
 from squad_memory.messages import MessageDict, is_same_role, needs_compression, now_ms, trim_size
 from squad_memory.models import Message, Slot
 
@@ -38,9 +39,11 @@ class AppendResult:
 def locked_slot(namespace: str, key: SlotKey) -> Slot:
     """The slot's row, locked until the end of the transaction; created if new."""
     user_id, session_id, agent_id = key
-    slot, _ = Slot.objects.select_for_update().get_or_create(
-        namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
-    )
+    slot = sql.lock_slot(namespace, user_id, session_id, agent_id)
+    if slot is None:  # a new slot (get_or_create settles a race between two creators)
+        slot, _ = Slot.objects.select_for_update().get_or_create(
+            namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
+        )
     return slot
 
 
@@ -92,7 +95,8 @@ def append(
         over = trigger_at is not None and slot.active
         if over and needs_compression(slot.buffer_length, slot.trigger_at or trigger_at or 0):
             claim = try_claim(slot, pending_timeout)
-        slot.save(update_fields=_SAVE_FIELDS)
+        slot.updated_at = timezone.now()
+        sql.update_slot(slot, _SAVE_FIELDS)
         return AppendResult(slot=slot, accepted=messages, claim=claim, rows=rows)
 
 
@@ -121,7 +125,7 @@ def _insert(slot: Slot, messages: list[MessageDict], store_rows: bool | None) ->
         )
         for i, m in enumerate(messages, start=1)
     ]
-    Message.objects.bulk_create(rows)
+    sql.insert_messages(rows)
     return rows
 
 
@@ -160,10 +164,7 @@ def visible(namespace: str, key: SlotKey) -> list[dict[str, Any]]:
 
 def rows_after(slot_id: int, after_seq: int, up_to: int | None = None) -> list[dict[str, Any]]:
     """Messages of a slot with ``after_seq < seq <= up_to``, oldest first."""
-    qs = Message.objects.filter(slot_id=slot_id, seq__gt=after_seq)
-    if up_to is not None:
-        qs = qs.filter(seq__lte=up_to)
-    return _dicts(qs.order_by("seq").values("seq", "role", "content", "citations"))
+    return sql.messages_after(slot_id, after_seq, up_to)
 
 
 def session_history(namespace: str, user_id: str, session_id: str) -> list[dict[str, Any]]:

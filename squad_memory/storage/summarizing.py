@@ -9,7 +9,7 @@ from agent_squad.types import ConversationMessage
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import transaction
 
-from squad_memory import buffer, history
+from squad_memory import buffer, history, sql
 from squad_memory.conf import app_settings
 from squad_memory.exceptions import ConfigurationError, SummarizerError
 from squad_memory.history import AppendResult, SlotKey
@@ -240,7 +240,7 @@ class SummarizingChatStorage(ChatStorage):  # type: ignore[misc]
 
     # -- internals ---------------------------------------------------------------------
     def _slot(self, key: SlotKey) -> Slot | None:
-        return Slot.objects.for_key(*key, namespace=self.namespace).first()
+        return sql.select_slot(self.namespace, *key)
 
     def _append(
         self, key: SlotKey, messages: list[MessageDict], single: bool, size: int | None
