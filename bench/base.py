@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from bench import conversation
+
 SlotId = tuple[str, str, str]
 
 
@@ -37,6 +39,21 @@ class System:
 
     async def close(self) -> None:
         """Release connections."""
+
+
+class ChatStorageSystem(System):
+    """A system that is an agent-squad ``ChatStorage`` (``self.storage``): the turn is its API."""
+
+    storage: Any
+
+    async def save_user(self, slot: SlotId, i: int) -> Any:
+        return await self.storage.save_chat_message(*slot, conversation.user(i))
+
+    async def save_answer(self, slot: SlotId, i: int) -> Any:
+        return await self.storage.save_chat_message(*slot, conversation.answer(i))
+
+    async def fetch(self, slot: SlotId) -> Any:
+        return await self.storage.fetch_chat(*slot)
 
 
 async def timed_turn(system: System, slot: SlotId, i: int) -> dict[str, float]:

@@ -14,10 +14,10 @@ from agent_squad.storage import SummarizingChatStorage as SquadSummarizing
 from agent_squad.types import TimestampedMessage
 
 from bench import conversation, summarizer
-from bench.base import SlotId, System
+from bench.base import ChatStorageSystem, SlotId, System
 
 
-class AgentSquadInMemory(System):
+class AgentSquadInMemory(ChatStorageSystem):
     """agent-squad's ``SummarizingChatStorage`` over its ``InMemoryChatStorage``."""
 
     name = "agent-squad-inmemory"
@@ -39,15 +39,6 @@ class AgentSquadInMemory(System):
             for m in conversation.history(n)
         ]
         await self.storage.fetch_chat(*slot)  # activates the buffer
-
-    async def save_user(self, slot: SlotId, i: int) -> Any:
-        return await self.storage.save_chat_message(*slot, conversation.user(i))
-
-    async def save_answer(self, slot: SlotId, i: int) -> Any:
-        return await self.storage.save_chat_message(*slot, conversation.answer(i))
-
-    async def fetch(self, slot: SlotId) -> Any:
-        return await self.storage.fetch_chat(*slot)
 
 
 class AgentSquadLibsql(AgentSquadInMemory):

@@ -10,7 +10,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from bench import conversation
-from bench.base import SlotId, System
+from bench.base import ChatStorageSystem, SlotId, System
 from squad_memory.messages import now_ms
 from squad_memory.models import Message, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
@@ -41,7 +41,7 @@ def vendor() -> str:
     return connection.vendor
 
 
-class SquadMemory(System):
+class SquadMemory(ChatStorageSystem):
     """``SummarizingChatStorage(DjangoChatStorage(), ...)`` through the async contract."""
 
     def __init__(self, mode: str = "inline", summarizer: str = FAST) -> None:
@@ -61,15 +61,6 @@ class SquadMemory(System):
         row, _ = Slot.objects.get_or_create(user_id=slot[0], session_id=slot[1], agent_id=slot[2])
         bulk_history(row, n)
         row.save(update_fields=["last_seq", "last_role"])
-
-    async def save_user(self, slot: SlotId, i: int) -> Any:
-        return await self.storage.save_chat_message(*slot, conversation.user(i))
-
-    async def save_answer(self, slot: SlotId, i: int) -> Any:
-        return await self.storage.save_chat_message(*slot, conversation.answer(i))
-
-    async def fetch(self, slot: SlotId) -> Any:
-        return await self.storage.fetch_chat(*slot)
 
     async def settle(self, slot: SlotId, timeout: float = 120) -> None:
         """Wait for a queued compression to be applied by the worker."""
