@@ -137,12 +137,9 @@ def reset(slot: Slot) -> Result:
 
 def current_buffer(slot: Slot) -> list[dict[str, Any]] | None:
     """What ``fetch_chat`` returns now, as stored dicts; None when a foreign store holds it."""
-    if slot.active:
-        return buffer.read(slot)
-    if slot.namespace != DJANGO_NAMESPACE:
+    if not slot.active and slot.namespace != DJANGO_NAMESPACE:
         return None
-    rows = Message.objects.filter(slot=slot, seq__gte=slot.visible_from_seq).order_by("seq")
-    return [dict(row) for row in rows.values("seq", "role", "content", "citations")]
+    return buffer.current(slot)
 
 
 def export(slots: Iterable[Slot]) -> Iterator[str]:

@@ -59,6 +59,15 @@ def read(slot: Slot) -> list[MessageDict]:
     return list(slot.summary) + history.rows_after(slot.pk, slot.covered_seq)
 
 
+def current(slot: Slot) -> list[MessageDict]:
+    """What ``fetch_chat`` shows of a slot kept in the database now (no activation)."""
+    if slot.active:
+        return read(slot)
+    if slot.pk is None:
+        return []
+    return history.rows_after(slot.pk, slot.visible_from_seq - 1)
+
+
 def snapshot(slot: Slot, rows: list[dict[str, Any]] | None = None) -> Snapshot:
     """The current buffer of a slot up to its last sequence number."""
     if rows is None:

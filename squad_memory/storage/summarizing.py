@@ -125,13 +125,10 @@ class SummarizingChatStorage(ChatStorage):  # type: ignore[misc]
         slot = self._slot(key)
         if slot is None:
             return []
-        if slot.active:
-            return trim(to_messages(buffer.read(slot)), max_history_size)
         # Activation judges the whole history, trimmed messages included.
-        if needs_compression(slot.last_seq, slot.trigger_at or self.trigger_at):
+        if not slot.active and needs_compression(slot.last_seq, slot.trigger_at or self.trigger_at):
             return trim(self._activate(slot, None) or [], max_history_size)
-        rows = history.rows_after(slot.pk, slot.visible_from_seq - 1)
-        return trim(to_messages(rows), max_history_size)
+        return trim(to_messages(buffer.current(slot)), max_history_size)
 
     def fetch_all_chats_sync(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         if isinstance(self._storage, DjangoChatStorage):
@@ -270,13 +267,9 @@ class SummarizingChatStorage(ChatStorage):  # type: ignore[misc]
             outcome = self._run_claim(slot, result.claim, "save")
             if outcome is not None and outcome.applied and outcome.output is not None:
                 return to_messages(outcome.output)
-        if slot.active:
-            return to_messages(buffer.read(slot))
-        if inner is not None:
+        if inner is not None and not slot.active:
             return _as_list(inner) if isinstance(inner, list) else []
-        return to_messages(
-            history.visible(self.namespace, (slot.user_id, slot.session_id, slot.agent_id))
-        )
+        return to_messages(buffer.current(slot))
 
     def _activate(
         self, slot: Slot, seed: list[MessageDict] | None, seen: int | None = None
