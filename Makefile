@@ -37,8 +37,9 @@ bench-quick: install
 	$(BIN)/python -m bench --quick
 
 lint: install
-	$(BIN)/ruff check squad_memory
+	$(BIN)/ruff check squad_memory project tests bench
 	$(BIN)/mypy squad_memory
+	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .venv-django6 var test-artifacts .pytest_cache

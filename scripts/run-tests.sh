@@ -39,9 +39,10 @@ find_python312() {  # the first candidate that really runs Python 3.12 (pyenv sh
 want() { [[ "$PASSES" == all || "$PASSES" == "$1" ]]; }
 
 if want lint; then
-  echo "=== ruff and mypy (strict) ==="
-  "$VENV/bin/ruff" check squad_memory project || failed=1
+  echo "=== ruff, mypy (strict) and the import layers ==="
+  "$VENV/bin/ruff" check squad_memory project tests bench || failed=1
   "$VENV/bin/mypy" squad_memory || failed=1
+  PYTHONPATH=$PWD "$VENV/bin/lint-imports" || failed=1
 fi
 
 if want sqlite; then

@@ -1,24 +1,24 @@
 """Operator actions on slots: summarize now, reset the buffer, export as JSON.
 
 The admin (one slot or a selection) calls these; each goes through the same
-library functions as every other path (``compress_now``, :func:`buffer.reset`).
+library functions as every other path (:class:`~squad_memory.memory.Memory`).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _
 
-from squad_memory import __version__, buffer, get_storage
+from squad_memory import __version__, buffer, compression
 from squad_memory.exceptions import SquadMemoryError
-from squad_memory.models import DJANGO_NAMESPACE, Compression, Message, Slot
-from squad_memory.storage import SummarizingChatStorage
+from squad_memory.models import DJANGO_NAMESPACE, Compression, Message, Outcome, Slot
+from squad_memory.storage import get_storage
+from squad_memory.storage.orm import slot_key
 
 #: Rows fetched per round trip while exporting a long history.
 EXPORT_CHUNK = 2000
@@ -82,53 +82,46 @@ def summarize(slot: Slot) -> Result:
             % {"slot": slot, "ns": slot.namespace},
         )
     try:
-        outcome = _storage_for(slot).compress_now(slot.user_id, slot.session_id, slot.agent_id)
+        slot_key(slot.user_id, slot.session_id, slot.agent_id)  # today's limits on ids
+        result = get_storage().memory.compress_slot(slot)
     except SquadMemoryError as exc:  # ON_ERROR="raise", or a key refused by today's limits
         return Result(
             slot, False, _("%(slot)s: not summarized: %(error)s") % {"slot": slot, "error": exc}
         )
-    return _describe(slot, outcome)
+    return _describe(slot, result)
 
 
-def _storage_for(slot: Slot) -> SummarizingChatStorage:
-    storage = get_storage()
-    if slot.namespace == storage.namespace:
-        return storage
-    # Same summarizer and sizes, addressing the foreign store's slots (their rows are the
-    # buffer's journal, so an active buffer is compressed exactly as a Django one).
-    other = copy.copy(storage)
-    other.namespace = slot.namespace
-    return other
+#: What an operator reads for each outcome, and whether it counts as success.
+_WORDS: dict[str, tuple[bool, Any]] = {
+    Outcome.QUEUED: (True, _("%(slot)s: the compression was queued for a worker.")),
+    Outcome.ALREADY_PENDING: (True, _("%(slot)s: a compression is queued or already running.")),
+    Outcome.DEFERRED: (True, _("%(slot)s: the compression runs when the transaction commits.")),
+    Outcome.NOT_QUEUED: (
+        False,
+        _("%(slot)s: the compression could not be queued (%(detail)s); try again later."),
+    ),
+    Outcome.STALE: (False, _("%(slot)s: the buffer moved on meanwhile; nothing applied.")),
+    Outcome.SKIPPED: (False, _("%(slot)s: nothing to compress.")),
+    Outcome.FAILED: (False, _("%(slot)s: the summarizer failed: %(error)s")),
+}
 
 
-def _describe(slot: Slot, outcome: buffer.Outcome | None) -> Result:
-    if outcome is None:
-        slot.refresh_from_db(fields=["pending_since", "pending_token"])
-        return Result(
-            slot, True, _("%(slot)s: a compression is queued or already running.") % {"slot": slot}
-        )
-    if outcome.applied:
+def _describe(slot: Slot, result: compression.Result) -> Result:
+    if result.applied:
         return Result(
             slot,
             True,
             _("%(slot)s: summarized; the buffer now starts with %(n)d summary messages.")
-            % {"slot": slot, "n": len(outcome.output or [])},
+            % {"slot": slot, "n": len(result.output or [])},
         )
-    if outcome.error is not None:
-        return Result(
-            slot,
-            False,
-            _("%(slot)s: the summarizer failed: %(error)s")
-            % {"slot": slot, "error": outcome.error},
-        )
-    return Result(
-        slot, False, _("%(slot)s: the buffer moved on meanwhile; nothing applied.") % {"slot": slot}
-    )
+    ok, words = _WORDS[result.outcome]
+    values = {"slot": slot, "error": result.error, "detail": result.detail}
+    return Result(slot, ok, words % values)
 
 
 def reset(slot: Slot) -> Result:
     """Deactivate the slot's buffer; the raw history is untouched."""
-    if not buffer.reset(slot.pk):
+    if not compression.reset(slot.pk):
         return Result(slot, False, _("%(slot)s no longer exists.") % {"slot": slot})
     return Result(
         slot, True, _("%(slot)s: buffer reset; the raw history is untouched.") % {"slot": slot}
@@ -169,7 +162,7 @@ def _slot_parts(slot: Slot) -> Iterator[str]:
     rows = Message.objects.filter(slot=slot).order_by("seq")
     values = rows.values("seq", "role", "content", "citations", "timestamp")
     for index, row in enumerate(values.iterator(chunk_size=EXPORT_CHUNK)):
-        item = {**row, "trimmed": row["seq"] < slot.visible_from_seq}
+        item = {**row, "trimmed": slot.is_trimmed(row["seq"])}
         yield (", " if index else "") + _dumps(item)
     yield "]"
 

@@ -38,7 +38,7 @@ def _check_unknown() -> list[CheckMessage]:
 
 
 def _check_summarizer() -> list[CheckMessage]:
-    value = app_settings.get("SUMMARIZER")
+    value = app_settings.raw("SUMMARIZER")
     if callable(value):
         return []
     try:
@@ -63,7 +63,7 @@ def _is_int(value: Any, minimum: int) -> bool:
 
 
 def _check_sizes() -> list[CheckMessage]:
-    trigger, keep = app_settings.get("TRIGGER_AT"), app_settings.get("KEEP_LAST")
+    trigger, keep = app_settings.raw("TRIGGER_AT"), app_settings.raw("KEEP_LAST")
     if not _is_int(trigger, 1):
         return [
             Error(
@@ -96,7 +96,7 @@ def _check_choices() -> list[CheckMessage]:
         ("MODE", ("inline", "celery"), "squad_memory.E006"),
         ("ON_ERROR", ("record", "raise"), "squad_memory.E007"),
     ):
-        value = app_settings.get(name)
+        value = app_settings.raw(name)
         if value not in choices:
             errors.append(
                 Error(
@@ -104,7 +104,7 @@ def _check_choices() -> list[CheckMessage]:
                     id=check_id,
                 )
             )
-    if app_settings.get("MODE") == "celery" and not _celery_installed():
+    if app_settings.raw("MODE") == "celery" and not _celery_installed():
         errors.append(
             Error(
                 f"{SETTING_NAME}['MODE'] is 'celery' but Celery is not installed.",
@@ -132,7 +132,7 @@ def _check_limits() -> list[CheckMessage]:
         "MAX_ID_LENGTH",
         "CELERY_MAX_RETRIES",
     ):
-        value = app_settings.get(name)
+        value = app_settings.raw(name)
         minimum = 0 if name == "CELERY_MAX_RETRIES" else 1
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < minimum:
             errors.append(
@@ -141,7 +141,7 @@ def _check_limits() -> list[CheckMessage]:
                     id="squad_memory.E009",
                 )
             )
-    if _is_int(app_settings.get("MAX_ID_LENGTH"), 1) and app_settings.get("MAX_ID_LENGTH") > 255:
+    if _is_int(app_settings.raw("MAX_ID_LENGTH"), 1) and app_settings.raw("MAX_ID_LENGTH") > 255:
         errors.append(
             Error(
                 f"{SETTING_NAME}['MAX_ID_LENGTH'] cannot exceed 255, the length of the id columns.",
@@ -156,10 +156,10 @@ _LLM_PATH = "squad_memory.summarizers.llm.summarize"
 
 def _check_llm() -> list[CheckMessage]:
     """SQUAD_MEMORY['LLM'] (E020-E024), checked fully when the LLM summarizer is configured."""
-    conf = app_settings.get("LLM")
+    conf = app_settings.raw("LLM")
     if not isinstance(conf, dict):
         return [Error(f"{SETTING_NAME}['LLM'] must be a dict.", id="squad_memory.E020")]
-    size = app_settings.get("MAX_SUMMARY_CHARS")
+    size = app_settings.raw("MAX_SUMMARY_CHARS")
     errors: list[CheckMessage] = []
     if not _is_int(size, 100):
         errors.append(
@@ -168,7 +168,7 @@ def _check_llm() -> list[CheckMessage]:
                 id="squad_memory.E021",
             )
         )
-    if app_settings.get("SUMMARIZER") != _LLM_PATH:
+    if app_settings.raw("SUMMARIZER") != _LLM_PATH:
         return errors
     merged = {**DEFAULTS["LLM"], **conf}
     backend = merged["BACKEND"]

@@ -11,8 +11,6 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 SETTING_NAME = "SQUAD_MEMORY"
@@ -28,8 +26,13 @@ DEFAULTS: dict[str, Any] = {
     "ON_ERROR": "record",
     # "inline": compress on the caller's thread; "celery": in a worker.
     "MODE": "inline",
-    # A compression marker older than this is considered abandoned (process died).
+    # Seconds a claim waiting in a queue for a worker lives (its worker or broker died).
     "PENDING_TIMEOUT": 600,
+    # Seconds a running compression's claim lives unless renewed (renewed every third of it):
+    # a claim whose process died is taken over within this time.
+    "CLAIM_LEASE": 30,
+    # Celery mode: seconds a save waits for the broker (connect and publish) before giving up.
+    "PUBLISH_TIMEOUT": 2.0,
     # Celery mode: attempts after the first, and backoff base/maximum in seconds.
     "CELERY_MAX_RETRIES": 3,
     "CELERY_RETRY_BACKOFF": 2,
@@ -62,6 +65,10 @@ DEFAULTS: dict[str, Any] = {
         "TEMPERATURE": 0.2,
         # None: the built-in prompt; else a template with {previous}, {messages}, {max_chars}.
         "PROMPT": None,
+        # None: the built-in system prompt.
+        "SYSTEM": None,
+        # BACKEND "agent": the agent-squad agent (object or dotted path) that writes summaries.
+        "AGENT": None,
     },
 }
 
@@ -80,7 +87,8 @@ class Settings:
             )
         return value
 
-    def get(self, name: str) -> Any:
+    def raw(self, name: str) -> Any:
+        """The value as configured, unchecked (for the system checks)."""
         if name not in DEFAULTS:
             raise AttributeError(f"Unknown {SETTING_NAME} setting {name!r}.")
         return self._user().get(name, DEFAULTS[name])
@@ -90,44 +98,81 @@ class Settings:
 
     @property
     def summarizer_path(self) -> str | Callable[..., Any]:
-        value: str | Callable[..., Any] = self.get("SUMMARIZER")
+        value: str | Callable[..., Any] = self.raw("SUMMARIZER")
         return value
 
     @property
     def trigger_at(self) -> int:
-        return int(self.get("TRIGGER_AT"))
+        return int(self.raw("TRIGGER_AT"))
 
     @property
     def keep_last(self) -> int:
-        return int(self.get("KEEP_LAST"))
+        return int(self.raw("KEEP_LAST"))
 
     @property
     def on_error(self) -> str:
-        return str(self.get("ON_ERROR"))
+        return str(self.raw("ON_ERROR"))
 
     @property
     def mode(self) -> str:
-        return str(self.get("MODE"))
+        return str(self.raw("MODE"))
 
     @property
     def pending_timeout(self) -> float:
-        return float(self.get("PENDING_TIMEOUT"))
+        return float(self.raw("PENDING_TIMEOUT"))
 
     @property
     def max_message_bytes(self) -> int:
-        return int(self.get("MAX_MESSAGE_BYTES"))
+        return int(self.raw("MAX_MESSAGE_BYTES"))
 
     @property
     def max_batch_size(self) -> int:
-        return int(self.get("MAX_BATCH_SIZE"))
+        return int(self.raw("MAX_BATCH_SIZE"))
 
     @property
     def max_id_length(self) -> int:
-        return int(self.get("MAX_ID_LENGTH"))
+        return int(self.raw("MAX_ID_LENGTH"))
+
+    @property
+    def claim_lease(self) -> float:
+        return float(self.raw("CLAIM_LEASE"))
+
+    @property
+    def publish_timeout(self) -> float:
+        return float(self.raw("PUBLISH_TIMEOUT"))
+
+    @property
+    def celery_max_retries(self) -> int:
+        return int(self.raw("CELERY_MAX_RETRIES"))
+
+    @property
+    def celery_retry_backoff(self) -> float:
+        return float(self.raw("CELERY_RETRY_BACKOFF"))
+
+    @property
+    def celery_retry_backoff_max(self) -> float:
+        return float(self.raw("CELERY_RETRY_BACKOFF_MAX"))
+
+    @property
+    def celery_queue(self) -> str | None:
+        value = self.raw("CELERY_QUEUE")
+        return str(value) if value else None
+
+    @property
+    def max_summary_chars(self) -> int:
+        return int(self.raw("MAX_SUMMARY_CHARS"))
+
+    @property
+    def llm(self) -> dict[str, Any]:
+        """``LLM`` merged over its defaults."""
+        configured = self.raw("LLM") or {}
+        if not isinstance(configured, dict):
+            raise ImproperlyConfigured(f"{SETTING_NAME}['LLM'] must be a dict.")
+        return {**DEFAULTS["LLM"], **configured}
 
     def import_callable(self, name: str) -> Callable[..., Any]:
         """Resolve a dotted-path setting, with an error that names the setting."""
-        value = self.get(name)
+        value = self.raw(name)
         if callable(value):
             return value  # type: ignore[no-any-return]
         try:
@@ -139,11 +184,3 @@ class Settings:
 
 
 app_settings = Settings()
-
-
-@receiver(setting_changed)
-def _reset_caches(*, setting: str, **kwargs: Any) -> None:
-    if setting == SETTING_NAME:
-        from squad_memory import storage
-
-        storage.get_storage.cache_clear()

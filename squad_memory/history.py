@@ -9,25 +9,32 @@ any number of processes keep a gapless, ordered sequence.
 
 from __future__ import annotations
 
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, cast
 
-from django.db import transaction
+from django.db import router, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from squad_memory import sql
-from squad_memory.messages import MessageDict, is_same_role, needs_compression, now_ms, trim_size
+from squad_memory.messages import MessageDict, is_same_role, now_ms, trim_size
 from squad_memory.models import Message, Slot
 
 SlotKey = tuple[str, str, str]
 
+#: Called with the locked slot after a save's rows are in; returns a claim token or None.
+ClaimHook = Callable[[Slot], "str | None"]
+
+
+def db_alias() -> str:
+    """The database every read a write depends on goes to (never a read replica)."""
+    return router.db_for_write(Slot)
+
 
 @dataclass
 class AppendResult:
-    """What one save did: the slot as left by it, and whether it claimed a compression."""
+    """What one save did: the slot as left by it, and the claim it took, if any."""
 
     slot: Slot
     accepted: list[MessageDict]
@@ -41,25 +48,14 @@ def locked_slot(namespace: str, key: SlotKey) -> Slot:
     user_id, session_id, agent_id = key
     slot = sql.lock_slot(namespace, user_id, session_id, agent_id)
     if slot is None:  # a new slot (get_or_create settles a race between two creators)
-        slot, _ = Slot.objects.select_for_update().get_or_create(
-            namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
+        slot, _ = (
+            Slot.objects.using(db_alias())
+            .select_for_update()
+            .get_or_create(
+                namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
+            )
         )
     return slot
-
-
-def pending_is_stale(slot: Slot, timeout: float) -> bool:
-    if slot.pending_since is None:
-        return True
-    return slot.pending_since < timezone.now() - timedelta(seconds=timeout)
-
-
-def try_claim(slot: Slot, timeout: float) -> str | None:
-    """Mark the (locked) slot as having a compression pending; None if one already is."""
-    if not pending_is_stale(slot, timeout):
-        return None
-    slot.pending_since = timezone.now()
-    slot.pending_token = uuid.uuid4().hex
-    return slot.pending_token
 
 
 def append(
@@ -70,34 +66,30 @@ def append(
     check_role: bool,
     max_history_size: int | None = None,
     store_rows: bool | None = None,
-    trigger_at: int | None = None,
-    pending_timeout: float = 600,
+    claim: ClaimHook | None = None,
 ) -> AppendResult:
     """Append messages to a slot in one transaction.
 
     ``check_role`` applies the role rule (single saves). ``store_rows=None`` stores
-    rows always; ``False`` only counts them (a foreign store keeps the history).
-    With ``trigger_at``, an active buffer that grows past it claims a compression.
+    rows always; ``False`` only while the buffer is active (a foreign store keeps the
+    history). ``claim`` may claim a compression while the row is locked.
     """
     if not messages:  # nothing to store: no slot is created
         user_id, session_id, agent_id = key
-        slot = Slot.objects.for_key(*key, namespace=namespace).first() or Slot(
+        slot = Slot.objects.using(db_alias()).for_key(*key, namespace=namespace).first() or Slot(
             namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
         )
         return AppendResult(slot=slot, accepted=[])
-    with transaction.atomic():
+    with transaction.atomic(using=db_alias()):
         slot = locked_slot(namespace, key)
         if check_role and is_same_role(slot.last_role, messages[0]["role"]):
             return AppendResult(slot=slot, accepted=[], skipped=True)
         rows = _insert(slot, messages, store_rows)
         _advance(slot, len(messages), messages[-1]["role"], max_history_size)
-        claim = None
-        over = trigger_at is not None and slot.active
-        if over and needs_compression(slot.buffer_length, slot.trigger_at or trigger_at or 0):
-            claim = try_claim(slot, pending_timeout)
+        token = claim(slot) if claim is not None else None
         slot.updated_at = timezone.now()
         sql.update_slot(slot, _SAVE_FIELDS)
-        return AppendResult(slot=slot, accepted=messages, claim=claim, rows=rows)
+        return AppendResult(slot=slot, accepted=messages, claim=token, rows=rows)
 
 
 _SAVE_FIELDS = [
@@ -106,6 +98,7 @@ _SAVE_FIELDS = [
     "visible_from_seq",
     "pending_since",
     "pending_token",
+    "lease_until",
     "updated_at",
 ]
 
@@ -149,6 +142,10 @@ def _dicts(rows: Any) -> list[dict[str, Any]]:
     return cast(list[dict[str, Any]], list(rows))
 
 
+#: "Visible" (not trimmed) as a query condition on messages: ``Slot.is_trimmed`` in SQL.
+VISIBLE = {"seq__gte": F("slot__visible_from_seq")}
+
+
 def visible(namespace: str, key: SlotKey) -> list[dict[str, Any]]:
     """The slot's visible (untrimmed) messages, oldest first: what ``fetch_chat`` returns."""
     user_id, session_id, agent_id = key
@@ -157,8 +154,8 @@ def visible(namespace: str, key: SlotKey) -> list[dict[str, Any]]:
         slot__user_id=user_id,
         slot__session_id=session_id,
         slot__agent_id=agent_id,
-        seq__gte=F("slot__visible_from_seq"),
-    )
+        **VISIBLE,
+    ).using(db_alias())
     return _dicts(rows.order_by("seq").values("role", "content", "citations"))
 
 
@@ -173,7 +170,7 @@ def session_history(namespace: str, user_id: str, session_id: str) -> list[dict[
         slot__namespace=namespace,
         slot__user_id=user_id,
         slot__session_id=session_id,
-        seq__gte=F("slot__visible_from_seq"),
+        **VISIBLE,
     )
     return _dicts(
         rows.order_by("timestamp", "slot_id", "seq").values(

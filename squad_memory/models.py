@@ -9,33 +9,24 @@ buffer is that prefix followed by the slot's messages after the pointer.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import models
-from django.db.models.functions import Coalesce
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-#: ``Slot.namespace`` of slots whose raw history is kept by :class:`DjangoChatStorage`.
-DJANGO_NAMESPACE = ""
+from squad_memory.querysets import DJANGO_NAMESPACE, Outcome, SlotQuerySet, SlotState, ago
 
-
-class SlotQuerySet(models.QuerySet["Slot"]):
-    def for_key(
-        self, user_id: str, session_id: str, agent_id: str, namespace: str = ""
-    ) -> SlotQuerySet:
-        return self.filter(
-            namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
-        )
-
-    def over_threshold(self, default_trigger_at: int) -> SlotQuerySet:
-        """Active slots whose buffer holds more than ``2 * trigger_at`` messages."""
-        trigger = Coalesce("trigger_at", models.Value(default_trigger_at))
-        buffer_len = models.F("summary_length") + models.F("last_seq") - models.F("covered_seq")
-        return (
-            self.filter(active=True)
-            .alias(trigger=trigger, blen=buffer_len)
-            .filter(blen__gt=models.F("trigger") * 2)
-        )
+__all__ = [
+    "DJANGO_NAMESPACE",
+    "Compression",
+    "Message",
+    "Outcome",
+    "Slot",
+    "SlotQuerySet",
+    "SlotState",
+]
 
 
 class Slot(models.Model):
@@ -93,6 +84,21 @@ class Slot(models.Model):
         help_text=_("Set while a compression is queued or running; at most one per slot."),
     )
     pending_token = models.CharField(_("pending token"), max_length=64, blank=True)
+    lease_until = models.DateTimeField(
+        _("claim lease until"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "A claim not renewed by then is taken over: its process died. Renewed while the "
+            "summarizer runs."
+        ),
+    )
+    max_buffer_pairs = models.PositiveIntegerField(
+        _("hard limit (pairs)"),
+        null=True,
+        blank=True,
+        help_text=_("Overrides the storage's value."),
+    )
     last_failed = models.BooleanField(_("last compression failed"), default=False)
 
     objects = SlotQuerySet.as_manager()
@@ -128,12 +134,48 @@ class Slot(models.Model):
         return self.summary_length + self.last_seq - self.covered_seq
 
     @property
-    def state(self) -> str:
+    def state(self) -> SlotState:
         if self.pending_since is not None:
-            return "pending"
+            return SlotState.PENDING
         if self.last_failed:
-            return "failed"
-        return "active" if self.active else "inactive"
+            return SlotState.FAILED
+        return SlotState.ACTIVE if self.active else SlotState.INACTIVE
+
+    # -- the per-slot rules: each is stated here once ---------------------------------
+    def trigger_for(self, default: int) -> int:
+        """The trigger_at this slot compresses at: its override, else ``default``."""
+        return self.trigger_at or default
+
+    def keep_last_for(self, default_trigger: int, default_keep: int) -> int:
+        """The slot's keep_last (its override or the default), kept below its trigger_at.
+
+        A keep_last at or above trigger_at could never shorten the buffer, and would
+        make every save call the summarizer again.
+        """
+        keep = self.keep_last if self.keep_last is not None else default_keep
+        return max(min(keep, self.trigger_for(default_trigger) - 1), 0)
+
+    def max_pairs_for(self, default: int | None) -> int | None:
+        """The hard limit on what a fetch returns, in pairs (None: no limit)."""
+        return self.max_buffer_pairs or default
+
+    @property
+    def buffer_from_seq(self) -> int:
+        """The first raw message of the buffer's tail (after the summary, when active)."""
+        return self.covered_seq + 1 if self.active else self.visible_from_seq
+
+    def is_trimmed(self, seq: int) -> bool:
+        """A message hidden by ``max_history_size`` (still stored)."""
+        return seq < self.visible_from_seq
+
+    def claim_is_free(self, pending_timeout: float, now: datetime | None = None) -> bool:
+        """No claim, or one whose lease ran out (the same rule as ``claim_free()``)."""
+        now = now or timezone.now()
+        if self.pending_since is None:
+            return True
+        if self.lease_until is None:
+            return self.pending_since < ago(now, pending_timeout)
+        return self.lease_until < now
 
 
 class Message(models.Model):
@@ -164,7 +206,7 @@ class Message(models.Model):
 
     @property
     def trimmed(self) -> bool:
-        return self.seq < self.slot.visible_from_seq
+        return self.slot.is_trimmed(self.seq)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -179,11 +221,7 @@ class Message(models.Model):
 class Compression(models.Model):
     """Append-only log of every compression and every failed attempt."""
 
-    class Outcome(models.TextChoices):
-        APPLIED = "applied", _("applied")
-        FAILED = "failed", _("failed")
-        STALE = "stale", _("stale (buffer moved on)")
-        SKIPPED = "skipped", _("skipped")
+    Outcome = Outcome
 
     slot = models.ForeignKey(
         Slot, on_delete=models.CASCADE, related_name="compressions", verbose_name=_("slot")

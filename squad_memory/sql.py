@@ -9,7 +9,9 @@ read exactly as the ORM would on every backend.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, router
@@ -25,6 +27,18 @@ _MESSAGE_COLUMNS = ("slot", "seq", "role", "content", "citations", "timestamp")
 _READ_COLUMNS = ("seq", "role", "content", "citations")
 
 
+@dataclass(frozen=True)
+class Statements:
+    """The fixed statements of one database alias, built once."""
+
+    select_slot: str
+    lock_slot: str
+    insert_head: str
+    insert_row: str
+    messages_after: str
+    messages_between: str
+
+
 def _connection() -> BaseDatabaseWrapper:
     return connections[router.db_for_write(Message)]
 
@@ -35,16 +49,37 @@ def _field(model: type[Any], name: str) -> Field[Any, Any]:
     return field
 
 
-def _column(model: type[Any], name: str) -> str:
-    return str(_connection().ops.quote_name(str(_field(model, name).column)))
+@functools.cache
+def statements(alias: str) -> Statements:
+    """Every fixed statement for ``alias``, quoted for its backend (cached per alias)."""
+    connection = connections[alias]
+    quote = connection.ops.quote_name
 
+    def column(model: type[Any], name: str) -> str:
+        return str(quote(str(_field(model, name).column)))
 
-def _columns(model: type[Any], names: Sequence[str]) -> str:
-    return ", ".join(_column(model, name) for name in names)
+    def columns(model: type[Any], names: Sequence[str]) -> str:
+        return ", ".join(column(model, name) for name in names)
 
-
-def _table(model: type[Any]) -> str:
-    return str(_connection().ops.quote_name(model._meta.db_table))
+    slot_table, message_table = quote(Slot._meta.db_table), quote(Message._meta.db_table)
+    slot_columns = ", ".join(str(quote(str(f.column))) for f in Slot._meta.concrete_fields)
+    key = ("namespace", "user_id", "session_id", "agent_id")
+    where = " AND ".join(f"{column(Slot, name)} = %s" for name in key)
+    select = f"SELECT {slot_columns} FROM {slot_table} WHERE {where}"
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    seq = column(Message, "seq")
+    read = (
+        f"SELECT {columns(Message, _READ_COLUMNS)} FROM {message_table} "
+        f"WHERE {column(Message, 'slot')} = %s AND {seq} > %s"
+    )
+    return Statements(
+        select_slot=select,
+        lock_slot=select + lock,
+        insert_head=f"INSERT INTO {message_table} ({columns(Message, _MESSAGE_COLUMNS)}) VALUES ",
+        insert_row="(" + ", ".join(["%s"] * len(_MESSAGE_COLUMNS)) + ")",
+        messages_after=f"{read} ORDER BY {seq}",
+        messages_between=f"{read} AND {seq} <= %s ORDER BY {seq}",
+    )
 
 
 def lock_slot(namespace: str, user_id: str, session_id: str, agent_id: str) -> Slot | None:
@@ -56,24 +91,18 @@ def select_slot(
     namespace: str, user_id: str, session_id: str, agent_id: str, *, lock: bool = False
 ) -> Slot | None:
     """The slot's row by its key, or None; ``lock`` takes its row lock."""
-    connection = _connection()
-    columns = ", ".join(
-        str(connection.ops.quote_name(str(field.column))) for field in Slot._meta.concrete_fields
-    )
-    key = ("namespace", "user_id", "session_id", "agent_id")
-    where = " AND ".join(f"{_column(Slot, name)} = %s" for name in key)
-    suffix = " FOR UPDATE" if lock and connection.features.has_select_for_update else ""
-    sql = f"SELECT {columns} FROM {_table(Slot)} WHERE {where}{suffix}"
-    rows = list(Slot.objects.raw(sql, [namespace, user_id, session_id, agent_id]))
+    alias = router.db_for_write(Slot)
+    sql = statements(alias)
+    query = sql.lock_slot if lock else sql.select_slot
+    rows = list(Slot.objects.raw(query, [namespace, user_id, session_id, agent_id]).using(alias))
     return rows[0] if rows else None
 
 
 def insert_messages(rows: Sequence[Message]) -> None:
     """INSERT the given (unsaved) messages, in chunks; no ids are read back."""
     connection = _connection()
+    sql = statements(connection.alias)
     fields = [_field(Message, name) for name in _MESSAGE_COLUMNS]
-    head = f"INSERT INTO {_table(Message)} ({_columns(Message, _MESSAGE_COLUMNS)}) VALUES "
-    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
     with connection.cursor() as cursor:
         for start in range(0, len(rows), INSERT_CHUNK):
             chunk = rows[start : start + INSERT_CHUNK]
@@ -82,38 +111,33 @@ def insert_messages(rows: Sequence[Message]) -> None:
                 for row in chunk
                 for field in fields
             ]
-            cursor.execute(head + ", ".join([one] * len(chunk)), params)
+            cursor.execute(sql.insert_head + ", ".join([sql.insert_row] * len(chunk)), params)
 
 
 def update_slot(slot: Slot, names: Sequence[str]) -> None:
     """UPDATE the named fields of a slot row from the instance's values."""
     connection = _connection()
+    quote = connection.ops.quote_name
     fields = [_field(Slot, name) for name in names]
-    assignments = ", ".join(f"{_column(Slot, name)} = %s" for name in names)
+    assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in fields)
     params = [field.get_db_prep_save(getattr(slot, field.attname), connection) for field in fields]
-    pk = _column(Slot, "id")
+    sql = f"UPDATE {quote(Slot._meta.db_table)} SET {assignments} WHERE {quote('id')} = %s"
     with connection.cursor() as cursor:
-        sql = f"UPDATE {_table(Slot)} SET {assignments} WHERE {pk} = %s"
         cursor.execute(sql, [*params, slot.pk])
 
 
 def messages_after(slot_id: int, after_seq: int, up_to: int | None = None) -> list[dict[str, Any]]:
     """``seq``, ``role``, ``content`` and ``citations`` of the messages after ``after_seq``."""
     connection = _connection()
-    seq = _column(Message, "seq")
-    where = f"{_column(Message, 'slot')} = %s AND {seq} > %s"
-    params: list[Any] = [slot_id, after_seq]
-    if up_to is not None:
-        where += f" AND {seq} <= %s"
-        params.append(up_to)
-    sql = (
-        f"SELECT {_columns(Message, _READ_COLUMNS)} FROM {_table(Message)} "
-        f"WHERE {where} ORDER BY {seq}"
-    )
+    sql = statements(connection.alias)
+    if up_to is None:
+        query, params = sql.messages_after, [slot_id, after_seq]
+    else:
+        query, params = sql.messages_between, [slot_id, after_seq, up_to]
     content, citations = _field(Message, "content"), _field(Message, "citations")
     decode: Any = None  # from_db_value reads no expression for a plain column
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(query, params)
         return [
             {
                 "seq": row[0],

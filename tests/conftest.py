@@ -13,6 +13,8 @@ from agent_squad.types import ConversationMessage
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+pytest.register_assert_rewrite("tests.celery_fixtures", "tests.api_fixtures")
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
@@ -29,6 +31,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("postgres"):
             item.fixturenames.insert(0, "_needs_postgres")
+        names = getattr(item, "fixturenames", [])
+        marker = item.get_closest_marker("django_db")
+        if marker is not None and marker.kwargs.get("transaction") is False:
+            continue  # a test about the caller's transaction: Django's TestCase wrapping
+        if marker is not None or "db" in names:
+            # Every database test commits for real: an inline compression runs on commit
+            # (transaction.on_commit), exactly as in a project's autocommit views and tasks.
+            names.append("transactional_db")
 
 
 @pytest.fixture

@@ -55,8 +55,10 @@ def test_settings_are_read_live() -> None:
 def test_import_callable_names_the_setting() -> None:
     from django.core.exceptions import ImproperlyConfigured
 
-    with override_settings(SQUAD_MEMORY={"SUMMARIZER": "nowhere.fn"}):
-        with pytest.raises(ImproperlyConfigured, match="SUMMARIZER"):
+    with (
+        override_settings(SQUAD_MEMORY={"SUMMARIZER": "nowhere.fn"}),
+        pytest.raises(ImproperlyConfigured, match="SUMMARIZER"),
+    ):
             app_settings.import_callable("SUMMARIZER")
 
 

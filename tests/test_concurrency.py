@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -47,7 +48,7 @@ def test_concurrent_writers_lose_nothing_and_keep_order() -> None:
         assert mine == sorted(mine), f"{name}'s messages are out of order"
         if mode == "batch":
             assert mine == list(range(count)), f"{name} lost batch messages"
-    for prev, row in zip(rows, rows[1:]):
+    for prev, row in itertools.pairwise(rows):
         if text(row).startswith("s"):  # single saves obey the role rule
             assert prev["role"] != row["role"], f"{text(row)} repeats the role of {text(prev)}"
 
@@ -62,4 +63,4 @@ def test_concurrent_writers_lose_nothing_and_keep_order() -> None:
         previous_output, covered = [text(m) for m in comp.output or []], comp.to_seq
     assert [text(m) for m in buffer.read(slot)] == previous_output + raw[covered:]
     spans = sorted((c.started_at, c.finished_at) for c in applied)
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))

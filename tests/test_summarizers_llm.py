@@ -98,7 +98,9 @@ class FakeLLM:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll interval: shutdown() returns at once instead of after half a second.
+        serve = lambda: self.server.serve_forever(poll_interval=0.02)  # noqa: E731
+        self.thread = threading.Thread(target=serve, daemon=True)
 
     def next_reply(self, path: str) -> Reply:
         if self.replies:

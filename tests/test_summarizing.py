@@ -182,14 +182,15 @@ def test_defect3_saves_during_a_compression_are_kept_after_its_output() -> None:
 
 
 def test_defect3_a_stale_compression_changes_nothing() -> None:
-    from squad_memory import buffer
+    from squad_memory import buffer, compression
 
     store = wrap()
     turns(store, 0, 3)
     store.fetch_chat_sync("u", "s", "a")
     slot = Slot.objects.get()
     snap = buffer.snapshot(slot)
-    outcome = buffer.compress(snap, "not-the-claim-token", store.summarizer, 1)
+    claimed = compression.Claim(slot.pk, "not-the-claim-token", 1)
+    outcome = compression.compress(snap, claimed, store.summarizer)
     assert outcome.outcome == "stale"
     assert Slot.objects.get().version == slot.version
 

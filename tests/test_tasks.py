@@ -7,32 +7,31 @@ against a real Redis broker and against a port where nothing listens.
 
 from __future__ import annotations
 
-import base64
-import json
-import socket
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from celery import Celery, current_app
+from celery import Celery
 from django.core.management import call_command
 from django.utils import timezone
 
-from squad_memory import background, buffer
+from squad_memory import buffer, compression, sweeping
 from squad_memory.exceptions import SummarizerNotImportable
 from squad_memory.messages import to_messages
 from squad_memory.models import Compression, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
+from squad_memory.summarizers import resolve
 from squad_memory.tasks import summarize_slot
 from squad_memory.tasks import sweep as sweep_task
 from tests import celery_summarizers as cs
-from tests.conftest import msg, require, texts
+from tests.celery_fixtures import FOLD, queued_args
+from tests.conftest import msg, texts
 
-FOLD = "tests.celery_summarizers.fold"
-REDIS_URL = "redis://127.0.0.1:6379/1"
 KEY = ("u1", "s1", "agent")
+
+pytest_plugins = ["tests.celery_fixtures"]
 
 
 @pytest.fixture(autouse=True)
@@ -42,79 +41,6 @@ def _reset_summarizers() -> Iterator[None]:
     cs.FAILURES_LEFT[0] = 0
     yield
     cs.DURING.clear()
-
-
-@pytest.fixture
-def celery_settings(settings: Any) -> Any:
-    settings.SQUAD_MEMORY = {
-        "SUMMARIZER": FOLD,
-        "TRIGGER_AT": 2,
-        "KEEP_LAST": 1,
-        "MODE": "celery",
-        "CELERY_MAX_RETRIES": 2,
-        "CELERY_RETRY_BACKOFF": 0,
-    }
-    return settings
-
-
-@pytest.fixture
-def eager(celery_settings: Any) -> Iterator[Celery]:
-    """The project's Celery app running tasks in-process (``task_always_eager``)."""
-    app = current_app._get_current_object()
-    saved = {k: app.conf[k] for k in ("task_always_eager", "task_eager_propagates")}
-    app.conf.update(task_always_eager=True, task_eager_propagates=False)
-    yield app
-    app.conf.update(saved)
-
-
-def _use_broker(url: str) -> Iterator[Celery]:
-    previous = current_app._get_current_object()
-    app = Celery("squad-memory-tests", broker=url, set_as_current=False)
-    app.conf.update(broker_connection_timeout=2, task_ignore_result=True)
-    app.set_current()
-    try:
-        yield app
-    finally:
-        previous.set_current()
-        app.close()
-
-
-@pytest.fixture
-def broker_down(celery_settings: Any) -> Iterator[Celery]:
-    """A Celery app whose broker is a local port where nothing listens."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    yield from _use_broker(f"redis://127.0.0.1:{port}/0")
-
-
-@pytest.fixture
-def redis_queue(celery_settings: Any) -> Iterator[Any]:
-    """A real Redis broker (database 1) and a queue of our own; yields the Redis client."""
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        require(False, f"needs Redis at {REDIS_URL} as the Celery broker ({exc})")
-    queue = "squad-memory-unit-tests"
-    celery_settings.SQUAD_MEMORY = {**celery_settings.SQUAD_MEMORY, "CELERY_QUEUE": queue}
-    client.delete(queue)
-    client.queue_name = queue
-    for _ in _use_broker(REDIS_URL):
-        yield client
-    client.delete(queue)
-
-
-def queued_args(client: Any) -> list[list[Any]]:
-    """Arguments of the summarize_slot tasks waiting in the test queue, oldest first."""
-    found = []
-    for raw in reversed(client.lrange(client.queue_name, 0, -1)):
-        message = json.loads(raw)
-        assert message["headers"]["task"] == "squad_memory.tasks.summarize_slot"
-        found.append(json.loads(base64.b64decode(message["body"]))[0])
-    return found
 
 
 def celery_store(summarizer: str = FOLD) -> SummarizingChatStorage:
@@ -140,9 +66,9 @@ def slot() -> Slot:
 def claimed_slot(pairs: int) -> tuple[Slot, str]:
     """An active slot holding ``pairs`` pairs, with a compression claimed."""
     save_pairs(0, pairs)
-    s, token = buffer.activate(slot().pk, None, 600)
-    assert token
-    return s, token
+    s, claimed = compression.activate(slot().pk, None, 1, lease_seconds=600)
+    assert claimed
+    return s, claimed.token
 
 
 def buffer_texts() -> list[str]:
@@ -199,12 +125,13 @@ def test_output_is_dropped_when_the_buffer_head_moved(celery_settings: Any) -> N
     s, token = claimed_slot(3)
 
     def newer_claim_wins() -> None:
-        Slot.objects.filter(pk=s.pk).update(pending_since=timezone.now() - timedelta(hours=1))
+        past = timezone.now() - timedelta(hours=1)
+        Slot.objects.filter(pk=s.pk).update(pending_since=past, lease_until=past)
         save_pairs(3, 4)
-        newer = background.claim(s.pk, 1, 2)
+        newer = compression.claim(s.pk, 2, 1, lease_seconds=600)
         assert newer is not None
         cs.DURING.append(lambda: None)  # the nested call must not recurse into this hook
-        assert background.run_claim(s.pk, newer.token, FOLD, 1).applied
+        assert compression.run(newer, resolve(FOLD)).applied
 
     cs.DURING.append(newer_claim_wins)
     assert summarize_slot.apply(args=(s.pk, token, FOLD, 1, None)).get() == "stale"
@@ -245,7 +172,7 @@ def test_unimportable_summarizer_fails_each_attempt_with_the_reason(eager: Celer
 
 def test_backoff_is_exponential_and_capped(settings: Any) -> None:
     settings.SQUAD_MEMORY = {"CELERY_RETRY_BACKOFF": 2, "CELERY_RETRY_BACKOFF_MAX": 60}
-    assert [background.backoff(n) for n in range(1, 8)] == [2, 4, 8, 16, 32, 60, 60]
+    assert [sweeping.backoff(n) for n in range(1, 8)] == [2, 4, 8, 16, 32, 60, 60]
 
 
 @pytest.mark.django_db
@@ -301,7 +228,7 @@ def test_queued_task_runs_the_compression(
     assert texts(store.fetch_chat_sync(*KEY)) == ["S(u0+a0+u1+a1)", "u2", "a2"]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=False)
 def test_publish_waits_for_the_commit(
     eager: Celery, django_capture_on_commit_callbacks: Any
 ) -> None:
@@ -314,7 +241,7 @@ def test_publish_waits_for_the_commit(
     assert len(applied()) == 1
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=False)
 def test_broker_down_the_save_succeeds_fast_and_the_claim_is_released(
     broker_down: Celery, django_capture_on_commit_callbacks: Any, caplog: Any
 ) -> None:
@@ -363,7 +290,7 @@ def test_sweep_enqueues_free_and_abandoned_slots_only(
     inactive = _over_threshold_slot("inactive")
     Slot.objects.filter(pk=inactive.pk).update(active=False)
     with django_capture_on_commit_callbacks(execute=True):
-        report = background.sweep()
+        report = sweeping.sweep()
     assert report.as_dict() == {"enqueued": 2, "activated": 0}
     done = set(Compression.objects.filter(outcome="applied").values_list("slot_id", flat=True))
     assert done == {free.pk, abandoned.pk}

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
@@ -15,22 +15,10 @@ from django.utils.translation import gettext_lazy as _
 from squad_memory.admin import transcript
 from squad_memory.admin.slot_actions import SlotActionsAdmin
 from squad_memory.conf import app_settings
-from squad_memory.models import Slot
+from squad_memory.models import Slot, SlotState
 
-STATE_LABELS = {
-    "inactive": _("not active"),
-    "active": _("active"),
-    "pending": _("compression pending"),
-    "failed": _("last compression failed"),
-}
-
-_PENDING = Q(pending_since__isnull=False)
-STATE_QUERIES = {
-    "pending": _PENDING,
-    "failed": ~_PENDING & Q(last_failed=True),
-    "active": ~_PENDING & Q(last_failed=False, active=True),
-    "inactive": ~_PENDING & Q(last_failed=False, active=False),
-}
+#: The admin's words for each state (the model's own labels).
+STATE_LABELS = dict(SlotState.choices)
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -44,7 +32,7 @@ class StateFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Slot]) -> QuerySet[Slot]:
         value = self.value()
-        return queryset.filter(STATE_QUERIES[value]) if value in STATE_QUERIES else queryset
+        return queryset.in_state(value) if value in SlotState.values else queryset  # type: ignore[attr-defined]
 
 
 class SlotForm(forms.ModelForm):  # type: ignore[type-arg]

@@ -149,7 +149,7 @@ def entry(slot: Slot, row: dict[str, Any]) -> Entry:
         blocks=to_blocks(row.get("content")),
         seq=seq,
         time=message_time(row.get("timestamp")),
-        trimmed=seq is not None and seq < slot.visible_from_seq,
+        trimmed=seq is not None and slot.is_trimmed(seq),
         covered=seq is not None and slot.active and seq <= slot.covered_seq,
         citations=row.get("citations"),
     )
@@ -196,7 +196,7 @@ def buffer_view(slot: Slot, limit: int) -> BufferView:
     """The buffer ``fetch_chat`` returns now, its newest ``limit`` messages loaded (one query)."""
     if not slot.active and slot.namespace != DJANGO_NAMESPACE:
         return BufferView(False, False, [], [], 0, 0)
-    first = slot.covered_seq + 1 if slot.active else slot.visible_from_seq
+    first = slot.buffer_from_seq
     total = max(slot.last_seq - first + 1, 0)
     start = max(first, slot.last_seq - limit + 1)
     rows = Message.objects.filter(slot=slot, seq__gte=start, seq__lte=slot.last_seq)

@@ -37,6 +37,11 @@ ERRORS: dict[int, OpenApiResponse] = {
         ErrorSerializer,
         description="The summarizer failed; anything the request stored stays stored.",
     ),
+    503: OpenApiResponse(
+        ErrorSerializer,
+        description="A service the request needs (the broker, the database) did not answer; "
+        "retry after the Retry-After header's seconds.",
+    ),
 }
 
 

@@ -12,7 +12,7 @@ from rest_framework import serializers
 from squad_memory.api.access import FORBIDDEN_ID_CHARS
 from squad_memory.conf import app_settings
 from squad_memory.messages import ROLES
-from squad_memory.models import Message, Slot
+from squad_memory.models import Message, Outcome, Slot
 
 #: Nesting depth allowed inside a message's content and citations.
 MAX_DEPTH = 32
@@ -230,7 +230,7 @@ class MessageSerializer(serializers.ModelSerializer[Message]):
         read_only_fields = fields
 
     def get_trimmed(self, message: Message) -> bool:
-        return bool(message.seq < self.context["slot"].visible_from_seq)
+        return bool(self.context["slot"].is_trimmed(message.seq))
 
 
 class BufferSerializer(serializers.Serializer[dict[str, Any]]):
@@ -253,8 +253,11 @@ class PostResultSerializer(serializers.Serializer[dict[str, Any]]):
 
 class CompressResultSerializer(serializers.Serializer[dict[str, Any]]):
     outcome = serializers.ChoiceField(
-        choices=["applied", "stale", "skipped", "failed", "queued", "pending"],
-        help_text="queued: handed to a worker; pending: another compression is under way.",
+        choices=Outcome.values,
+        help_text="What the request turned into: applied; stale (the buffer moved on); "
+        "skipped (nothing to do); queued (handed to a worker); already_pending (another "
+        "compression is queued or running, nothing new was started); deferred (runs when the "
+        "surrounding transaction commits); not_queued (the broker failed).",
     )
     error = serializers.CharField(required=False)
     slot = SlotSerializer()

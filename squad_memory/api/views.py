@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from agent_squad.types import ConversationMessage
+from django.db import transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
@@ -18,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import squad_memory
-from squad_memory import buffer
+from squad_memory import compression
 from squad_memory.api import access, schema
 from squad_memory.api.pagination import MessageCursorPagination, SlotCursorPagination
 from squad_memory.api.parsers import LimitedJSONParser
@@ -38,7 +39,7 @@ from squad_memory.api.serializers import (
     check_id,
 )
 from squad_memory.exceptions import InvalidMessage, InvalidSlotKey, SummarizerError
-from squad_memory.models import Message, Slot
+from squad_memory.models import Message, Outcome, Slot
 from squad_memory.storage import SummarizingChatStorage
 
 SLOT_ID = re.compile(r"[0-9]{1,18}")
@@ -66,6 +67,26 @@ class SummarizerFailed(APIException):
     status_code = status.HTTP_502_BAD_GATEWAY
     default_detail = "The summarizer failed."
     default_code = "summarizer_failed"
+
+
+class BrokerUnavailable(APIException):
+    """The broker did not take the compression; nothing is pending, retry later."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The compression could not be queued."
+    default_code = "broker_unavailable"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.wait = 5
+
+
+#: Answers that started work still under way are 202; the rest say what happened (200).
+COMPRESS_STATUS = {
+    Outcome.QUEUED: status.HTTP_202_ACCEPTED,
+    Outcome.DEFERRED: status.HTTP_202_ACCEPTED,
+    Outcome.ALREADY_PENDING: status.HTTP_202_ACCEPTED,
+}
 
 
 @contextmanager
@@ -131,6 +152,14 @@ class SlotViewSet(
         "reset": MANAGE_PERMISSION,
     }
 
+    @classmethod
+    def as_view(cls, actions: Any = None, **initkwargs: Any) -> Any:
+        view = super().as_view(actions, **initkwargs)
+        if actions and "compress" in actions.values():
+            # Outside ATOMIC_REQUESTS' transaction, so an inline compression runs and reports.
+            view = transaction.non_atomic_requests(view)
+        return view
+
     def get_object(self) -> Slot:
         if not SLOT_ID.fullmatch(str(self.kwargs.get("pk", ""))):
             raise NotFound()
@@ -171,6 +200,7 @@ class SlotViewSet(
         size = query(BufferQuerySerializer, request).get("max_history_size")
         with storage_errors():
             messages = storage().fetch_chat_sync(slot.user_id, slot.session_id, slot.agent_id, size)
+        slot.refresh_from_db(fields=["active"])  # the fetch may have activated it
         data = {"slot": slot.pk, "active": bool(slot.active), "messages": as_dicts(messages)}
         return Response(BufferSerializer(data).data)
 
@@ -223,17 +253,16 @@ class SlotViewSet(
     @action(detail=True, methods=["post"], pagination_class=None)
     def compress(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_object()
-        mode = storage().mode
         with storage_errors():
-            outcome = storage().compress_now(slot.user_id, slot.session_id, slot.agent_id)
-        if outcome is not None and outcome.error is not None:
-            raise SummarizerFailed(f"The summarizer failed: {outcome.error}")
+            result = storage().compress_now(slot.user_id, slot.session_id, slot.agent_id)
+        if result.error is not None:
+            raise SummarizerFailed(f"The summarizer failed: {result.error}")
+        if result.outcome == Outcome.NOT_QUEUED:
+            raise BrokerUnavailable(f"The compression could not be queued: {result.detail}")
         slot.refresh_from_db()
-        name = outcome.outcome if outcome else ("queued" if mode == "celery" else "pending")
-        code = status.HTTP_202_ACCEPTED if name == "queued" else status.HTTP_200_OK
-        return Response(
-            CompressResultSerializer({"outcome": str(name), "slot": slot}).data, status=code
-        )
+        code = COMPRESS_STATUS.get(result.outcome, status.HTTP_200_OK)
+        body = {"outcome": str(result.outcome), "slot": slot}
+        return Response(CompressResultSerializer(body).data, status=code)
 
     @extend_schema(
         summary="Reset the buffer",
@@ -245,7 +274,7 @@ class SlotViewSet(
     @action(detail=True, methods=["post"], pagination_class=None)
     def reset(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_object()
-        buffer.reset(slot.pk)
+        compression.reset(slot.pk)
         slot.refresh_from_db()
         return Response(SlotSerializer(slot).data)
 

@@ -7,8 +7,12 @@ plain synchronous equivalents (``*_sync``) for Django views and Celery tasks.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
-from squad_memory.conf import app_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from squad_memory.conf import SETTING_NAME, app_settings
 from squad_memory.storage.orm import DjangoChatStorage
 from squad_memory.storage.summarizing import SummarizingChatStorage
 
@@ -26,3 +30,10 @@ def get_storage() -> SummarizingChatStorage:
         mode=app_settings.mode,
         on_error=app_settings.on_error,
     )
+
+
+@receiver(setting_changed)
+def _reset_storage(*, setting: str, **kwargs: Any) -> None:
+    """``override_settings(SQUAD_MEMORY=...)`` gets a storage built from the new values."""
+    if setting == SETTING_NAME:
+        get_storage.cache_clear()

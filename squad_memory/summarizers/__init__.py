@@ -47,6 +47,20 @@ def resolve(value: str | SummarizerFunc | Summarizer) -> Summarizer:
     return Summarizer(value, path or _describe(value), path)
 
 
+def resolve_or_failing(value: str) -> Summarizer:
+    """The summarizer at ``value``; one that cannot be imported fails each call instead,
+    so a worker's compression log says why (a worker must not crash on a bad path)."""
+    try:
+        return resolve(value)
+    except ConfigurationError as exc:
+        error = exc
+
+        def unavailable(history: list[Any], keep_last: int) -> Any:
+            raise error
+
+        return Summarizer(unavailable, value, value)
+
+
 def importable_path(func: Any) -> str | None:
     """The dotted path a worker can import ``func`` by, or None (lambda, closure, method)."""
     module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
@@ -121,4 +135,5 @@ __all__ = [
     "is_summary",
     "require_importable",
     "resolve",
+    "resolve_or_failing",
 ]

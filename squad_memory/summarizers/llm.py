@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from squad_memory.exceptions import ConfigurationError
@@ -94,7 +95,7 @@ class LLMSummarizer:
             return self.max_chars
         from squad_memory.conf import app_settings
 
-        return int(app_settings.get("MAX_SUMMARY_CHARS"))
+        return app_settings.max_summary_chars
 
     def render(self, previous: str | None, fold: list[Any], limit: int) -> str:
         """The prompt for one compression: the previous summary and the new messages only."""
@@ -113,12 +114,12 @@ def _strip_prefix(text: str) -> str:
 
 def llm_settings() -> dict[str, Any]:
     """``SQUAD_MEMORY["LLM"]`` merged over its defaults."""
-    from squad_memory.conf import DEFAULTS, app_settings
+    from squad_memory.conf import app_settings
 
-    configured = app_settings.get("LLM") or {}
-    if not isinstance(configured, dict):
-        raise ConfigurationError("SQUAD_MEMORY['LLM'] must be a dict.")
-    return {**DEFAULTS["LLM"], **configured}
+    try:
+        return app_settings.llm
+    except ImproperlyConfigured as exc:
+        raise ConfigurationError(str(exc)) from exc
 
 
 def from_settings(**overrides: Any) -> LLMSummarizer:

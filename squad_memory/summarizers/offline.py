@@ -63,7 +63,7 @@ class OfflineSummarizer:
 def _setting_max_chars() -> int:
     from squad_memory.conf import app_settings
 
-    return int(app_settings.get("MAX_SUMMARY_CHARS"))
+    return app_settings.max_summary_chars
 
 
 def _parse_previous(previous: str | None) -> tuple[int, int, list[str]]:

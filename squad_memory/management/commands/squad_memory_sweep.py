@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from squad_memory.background import sweep
+from squad_memory.sweeping import sweep
 
 
 class Command(BaseCommand):

@@ -1,0 +1,149 @@
+"""Claims: at most one compression per slot, taken on the slot's locked row."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from squad_memory.conf import app_settings
+from squad_memory.history import db_alias, insert_rows
+from squad_memory.messages import MessageDict, needs_compression
+from squad_memory.models import Slot
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed compression: the slot, the claim's token, and the keep_last to use."""
+
+    slot_id: int
+    token: str
+    keep_last: int
+    #: The slot's row as the claimer just saw it (spares the run a read); compared by id.
+    slot: Slot | None = field(default=None, compare=False, repr=False)
+
+
+def claim_locked(slot: Slot, trigger_at: int | None, *, lease_seconds: float) -> str | None:
+    """Claim a compression of a slot whose row the caller holds locked (and saves).
+
+    ``trigger_at=None`` claims whatever the buffer's length (an operator's request).
+    None when the buffer is short enough or a live claim already exists.
+    """
+    if trigger_at is not None and not needs_compression(
+        slot.buffer_length, slot.trigger_for(trigger_at)
+    ):
+        return None
+    if not slot.claim_is_free(app_settings.pending_timeout):
+        return None
+    now = timezone.now()
+    slot.pending_since, slot.pending_token = now, uuid.uuid4().hex
+    slot.lease_until = now + timedelta(seconds=lease_seconds)
+    return slot.pending_token
+
+
+def claim(
+    slot_id: int,
+    trigger_at: int,
+    keep_last: int,
+    *,
+    lease_seconds: float,
+    after_seq: int = 0,
+) -> Claim | None:
+    """Claim a compression of an active slot over the threshold (the caller dispatches it).
+
+    None when the buffer is short enough, a compression is already pending, or the
+    slot holds no message after ``after_seq``.
+    """
+    with transaction.atomic(using=db_alias()):
+        slot = _locked(slot_id)
+        if slot is None or not slot.active or slot.last_seq <= after_seq:
+            return None
+        token = claim_locked(slot, trigger_at, lease_seconds=lease_seconds)
+        if token is None:
+            return None
+        slot.save(update_fields=["pending_since", "pending_token", "lease_until", "updated_at"])
+    return Claim(slot.pk, token, slot.keep_last_for(trigger_at, keep_last))
+
+
+def activate(
+    slot_id: int,
+    trigger_at: int | None,
+    keep_last: int,
+    *,
+    lease_seconds: float,
+    seed: list[MessageDict] | None = None,
+    expect_last_seq: int | None = None,
+    default_trigger: int = 20,
+) -> tuple[Slot, Claim | None]:
+    """Make a slot's buffer active and claim its first compression.
+
+    The buffer starts as the slot's visible history, or, for a slot over a foreign
+    store, as ``seed`` (that store's history) copied in as the buffer's messages.
+    ``trigger_at=None`` claims whatever the buffer's length. With ``expect_last_seq``,
+    an inactive slot that has moved past it (a save was recorded after ``seed`` was
+    read) is left inactive.
+    """
+    with transaction.atomic(using=db_alias()):
+        slot = _locked(slot_id)
+        if slot is None:
+            raise Slot.DoesNotExist(f"Slot {slot_id} no longer exists.")
+        moved = expect_last_seq is not None and slot.last_seq != expect_last_seq
+        if not slot.active and moved:
+            return slot, None
+        if not slot.active:
+            _start_buffer(slot, seed)
+        token = claim_locked(slot, trigger_at, lease_seconds=lease_seconds)
+        slot.save()
+    if token is None:
+        return slot, None
+    keep = slot.keep_last_for(trigger_at or default_trigger, keep_last)
+    return slot, Claim(slot.pk, token, keep)
+
+
+def _start_buffer(slot: Slot, seed: list[MessageDict] | None) -> None:
+    if seed is None:
+        slot.covered_seq = slot.visible_from_seq - 1
+    else:
+        slot.covered_seq = slot.last_seq
+        insert_rows(slot, seed)
+    slot.active, slot.summary, slot.summary_length = True, [], 0
+
+
+def _locked(slot_id: int) -> Slot | None:
+    return Slot.objects.using(db_alias()).select_for_update().filter(pk=slot_id).first()
+
+
+def release(slot_id: int, token: str, *, failed: bool) -> bool:
+    """Drop a claim (after a failure, or when there was nothing to do)."""
+    fields: dict[str, Any] = {"pending_since": None, "pending_token": "", "lease_until": None}
+    if failed:
+        fields["last_failed"] = True
+    slots = Slot.objects.using(db_alias()).filter(pk=slot_id, pending_token=token)
+    return slots.update(**fields) == 1
+
+
+def reset(slot_id: int) -> bool:
+    """Deactivate a slot's buffer: drop the summary and any pending claim; raw history stays.
+
+    A compression in flight loses its claim, so its compare-and-swap fails and it
+    is logged as stale. The next fetch or save decides afresh whether to activate.
+    """
+    slots = Slot.objects.using(db_alias()).filter(pk=slot_id)
+    return (
+        slots.update(
+            active=False,
+            summary=[],
+            summary_length=0,
+            covered_seq=0,
+            pending_since=None,
+            pending_token="",
+            lease_until=None,
+            last_failed=False,
+            updated_at=timezone.now(),
+        )
+        == 1
+    )

@@ -1,0 +1,71 @@
+"""The compression log: one row per compression and per failed attempt."""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.utils import timezone
+
+from squad_memory.exceptions import InvalidSummarizerOutput
+from squad_memory.history import db_alias
+from squad_memory.models import Compression
+from squad_memory.summarizers import Summarizer
+
+if TYPE_CHECKING:
+    from squad_memory.buffer import Snapshot
+    from squad_memory.compression.runner import Result
+
+logger = logging.getLogger("squad_memory")
+
+
+def write(
+    snap: Snapshot,
+    summarizer: Summarizer,
+    result: Result,
+    started: datetime,
+    clock: float,
+    trigger: str,
+    attempt: int,
+) -> int:
+    row = Compression.objects.using(db_alias()).create(
+        slot_id=snap.slot_id,
+        started_at=started,
+        finished_at=timezone.now(),
+        duration_ms=int((time.monotonic() - clock) * 1000),
+        from_seq=snap.from_seq,
+        to_seq=snap.to_seq,
+        input=snap.messages,
+        output=result.output,
+        summarizer=summarizer.label[:255],
+        outcome=result.outcome,
+        error=describe(result.error),
+        trigger=trigger[:32],
+        attempt=attempt,
+    )
+    return int(row.pk)
+
+
+def describe(error: BaseException | None) -> str:
+    """An error as the log keeps it: the message, or the traceback of an unexpected one."""
+    if error is None:
+        return ""
+    if isinstance(error, InvalidSummarizerOutput):
+        return f"{type(error).__name__}: {error}"
+    return "".join(traceback.format_exception(error)).strip()[-4000:]
+
+
+def report(snap: Snapshot, result: Result) -> None:
+    if result.error is not None:
+        logger.warning(
+            "Compression of slot %s (messages %s..%s) failed: %s",
+            snap.slot_id,
+            snap.from_seq,
+            snap.to_seq,
+            result.error,
+        )
+    elif not result.applied:
+        logger.info("Compression of slot %s was stale; the buffer moved on.", snap.slot_id)

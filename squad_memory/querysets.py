@@ -1,0 +1,100 @@
+"""The model layer's rules: slot states, compression outcomes, and the slot queryset."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django.db import models
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from squad_memory.models import Slot  # noqa: F401
+
+#: ``Slot.namespace`` of slots whose raw history is kept by :class:`DjangoChatStorage`.
+DJANGO_NAMESPACE = ""
+
+
+def ago(now: datetime, seconds: float) -> datetime:
+    return now - timedelta(seconds=seconds)
+
+
+class SlotState(models.TextChoices):
+    """The summary state of a slot: one table for the model, the admin filter and the API."""
+
+    INACTIVE = "inactive", _("not active")
+    ACTIVE = "active", _("active")
+    PENDING = "pending", _("compression pending")
+    FAILED = "failed", _("last compression failed")
+
+
+class Outcome(models.TextChoices):
+    """What one request to compress turned into. Every entry point returns one."""
+
+    APPLIED = "applied", _("applied")
+    FAILED = "failed", _("failed")
+    STALE = "stale", _("stale (buffer moved on)")
+    SKIPPED = "skipped", _("skipped (nothing to do)")
+    QUEUED = "queued", _("queued for a worker")
+    ALREADY_PENDING = "already_pending", _("already pending")
+    DEFERRED = "deferred", _("deferred to the commit")
+    NOT_QUEUED = "not_queued", _("not queued (broker failed)")
+
+
+class SlotQuerySet(models.QuerySet["Slot"]):
+    def for_key(
+        self, user_id: str, session_id: str, agent_id: str, namespace: str = ""
+    ) -> SlotQuerySet:
+        return self.filter(
+            namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
+        )
+
+    def with_trigger(self, default_trigger_at: int) -> SlotQuerySet:
+        """Alias ``trigger``: the slot's own trigger_at, or ``default_trigger_at``."""
+        return self.alias(trigger=Coalesce("trigger_at", Value(default_trigger_at)))
+
+    def over_threshold(self, default_trigger_at: int) -> SlotQuerySet:
+        """Active slots whose buffer holds more than ``2 * trigger_at`` messages."""
+        buffer_len = F("summary_length") + F("last_seq") - F("covered_seq")
+        return (
+            self.filter(active=True)
+            .with_trigger(default_trigger_at)
+            .alias(blen=buffer_len)
+            .filter(blen__gt=F("trigger") * 2)
+        )
+
+    def inactive_over_threshold(self, default_trigger_at: int) -> SlotQuerySet:
+        """Inactive slots of :class:`DjangoChatStorage` whose whole history is over it."""
+        return (
+            self.filter(namespace=DJANGO_NAMESPACE, active=False)
+            .with_trigger(default_trigger_at)
+            .filter(last_seq__gt=F("trigger") * 2)
+        )
+
+    def claim_free(self, pending_timeout: float, now: datetime | None = None) -> SlotQuerySet:
+        """Slots with no claim, or whose claim's lease ran out (its process died).
+
+        A claim without a lease (taken before leases existed) lives ``pending_timeout``.
+        """
+        now = now or timezone.now()
+        unleased_expired = Q(lease_until__isnull=True, pending_since__lt=ago(now, pending_timeout))
+        return self.filter(
+            Q(pending_since__isnull=True) | Q(lease_until__lt=now) | unleased_expired
+        )
+
+    def in_state(self, state: str) -> SlotQuerySet:
+        """Slots in one :class:`SlotState` (the same rule as :attr:`Slot.state`)."""
+        pending = Q(pending_since__isnull=False)
+        failed = ~pending & Q(last_failed=True)
+        rest = ~pending & Q(last_failed=False)
+        return self.filter(
+            {
+                SlotState.PENDING: pending,
+                SlotState.FAILED: failed,
+                SlotState.ACTIVE: rest & Q(active=True),
+                SlotState.INACTIVE: rest & Q(active=False),
+            }[SlotState(state)]
+        )

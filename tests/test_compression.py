@@ -1,0 +1,114 @@
+"""The compression pipeline: one outcome for every request to compress, and every path
+(API, admin action, Python) reports exactly that outcome."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from celery import Celery
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+
+import squad_memory
+from squad_memory import compression
+from squad_memory.models import Compression, Outcome, Slot
+from tests.api_support import Users, client_for, fill
+from tests.conftest import msg
+
+pytest_plugins = ["tests.api_fixtures"]
+pytestmark = pytest.mark.django_db
+
+FOLD = "tests.celery_summarizers.fold"
+CELERY = {"SUMMARIZER": FOLD, "TRIGGER_AT": 2, "KEEP_LAST": 1, "MODE": "celery"}
+
+
+@pytest.fixture
+def broker_refusing() -> Iterator[Celery]:
+    """The current Celery app publishes to a local port where nothing listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    from celery import current_app
+
+    previous = current_app._get_current_object()
+    app = Celery("squad-memory-refused", broker=f"redis://127.0.0.1:{port}/0", set_as_current=False)
+    app.conf.update(broker_connection_timeout=1, task_ignore_result=True)
+    app.set_current()
+    yield app
+    previous.set_current()
+    app.close()
+
+
+def test_compress_now_always_answers_an_outcome() -> None:
+    store = squad_memory.get_storage()
+    assert store.compress_now("nobody", "s", "a").outcome == Outcome.SKIPPED
+    store.save_chat_messages_sync("u", "s", "a", [msg("user", "q"), msg("assistant", "a")])
+    result = store.compress_now("u", "s", "a")
+    assert result.outcome == Outcome.APPLIED and result.log_id == Compression.objects.get().pk
+
+
+def test_api_compress_while_one_is_pending_says_already_pending(users: Users) -> None:
+    slot = fill(users.owner, 6)
+    slot.refresh_from_db()
+    with override_settings(SQUAD_MEMORY=CELERY):
+        Slot.objects.filter(pk=slot.pk).update(active=True, covered_seq=0)
+        claimed = compression.claim(slot.pk, 1, 0, lease_seconds=600)
+        assert claimed is not None
+        response = client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
+    assert response.status_code == 202 and response.json()["outcome"] == "already_pending"
+    assert Slot.objects.get(pk=slot.pk).pending_token == claimed.token  # nothing new queued
+
+
+def test_api_compress_with_the_broker_refusing_says_not_queued(
+    users: Users, broker_refusing: Celery
+) -> None:
+    slot = fill(users.owner, 6)
+    with override_settings(SQUAD_MEMORY=CELERY):
+        response = client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
+    assert response.status_code == 503 and "could not be queued" in response.json()["detail"]
+    assert response["Retry-After"]
+    assert Slot.objects.get(pk=slot.pk).pending_since is None  # the claim was released
+
+
+@pytest.mark.parametrize("atomic", [True, False])
+def test_api_compress_inline_reports_applied_even_with_atomic_requests(
+    users: Users, settings: Any, atomic: bool
+) -> None:
+    settings.DATABASES["default"]["ATOMIC_REQUESTS"] = atomic
+    slot = fill(users.owner, 6)
+    response = client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
+    assert response.status_code == 200 and response.json()["outcome"] == "applied"
+    assert response.json()["slot"]["state"] == "active"
+
+
+def test_compress_inside_a_callers_transaction_is_deferred_to_the_commit() -> None:
+    store = squad_memory.get_storage()
+    store.save_chat_messages_sync("u", "s", "a", [msg("user", "q"), msg("assistant", "a")])
+    with transaction.atomic():
+        result = store.compress_now("u", "s", "a")
+        assert result.outcome == Outcome.DEFERRED and not Compression.objects.exists()
+    assert Compression.objects.get().outcome == "applied"
+
+
+def test_api_buffer_read_that_activates_says_active(users: Users) -> None:
+    slot = fill(users.owner, 50)  # inactive and long: this read starts the buffer
+    body = client_for(users.owner).get(f"/api/slots/{slot.pk}/buffer/").json()
+    assert body["active"] is True and body["messages"][0]["content"][0]["text"].startswith("[")
+
+
+def test_admin_summarize_reports_the_outcome(admin_client: Any) -> None:
+    store = squad_memory.get_storage()
+    store.save_chat_messages_sync("u", "s", "a", [msg("user", "q"), msg("assistant", "a")])
+    slot = Slot.objects.get()
+    now = timezone.now()
+    Slot.objects.filter(pk=slot.pk).update(
+        active=True, pending_since=now, pending_token="t", lease_until=now + timedelta(minutes=1)
+    )
+    page = admin_client.post(f"/admin/squad_memory/slot/{slot.pk}/summarize/", follow=True)
+    assert "already running" in page.content.decode()
+    assert not Compression.objects.exists()
