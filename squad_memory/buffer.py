@@ -26,9 +26,20 @@ class Snapshot:
     messages: list[MessageDict]
 
 
-def read(slot: Slot) -> list[MessageDict]:
-    """The active buffer of a slot: prefix plus the messages after the pointer (one query)."""
-    return list(slot.summary) + history.rows_after(slot.pk, slot.covered_seq)
+def read(slot: Slot, max_tail: int | None = None) -> list[MessageDict]:
+    """The active buffer of a slot: prefix plus the messages after the pointer (one query).
+
+    With ``max_tail`` (the hard limit), a tail longer than that is cut to its newest
+    messages, starting with the role that follows the prefix, so roles still alternate.
+    """
+    prefix = list(slot.summary)
+    if max_tail is None or slot.last_seq - slot.covered_seq <= max_tail:
+        return prefix + history.rows_after(slot.pk, slot.covered_seq)
+    tail = history.rows_after(slot.pk, slot.covered_seq, newest=max_tail)
+    after = prefix[-1]["role"] if prefix else "assistant"
+    if tail and tail[0]["role"] == after:
+        tail = tail[1:]
+    return prefix + tail
 
 
 def current(slot: Slot) -> list[MessageDict]:

@@ -22,6 +22,9 @@ DEFAULTS: dict[str, Any] = {
     "TRIGGER_AT": 20,
     # Message pairs the summarizer keeps verbatim.
     "KEEP_LAST": 2,
+    # The hard limit: fetch_chat returns at most the summary plus this many newest pairs
+    # while compressions lag or fail. None: 3 x TRIGGER_AT (the slot's own trigger_at).
+    "MAX_BUFFER_PAIRS": None,
     # "record": a summarizer error is logged and the save succeeds; "raise": the save raises.
     "ON_ERROR": "record",
     # "inline": compress on the caller's thread; "celery": in a worker.
@@ -108,6 +111,11 @@ class Settings:
     @property
     def keep_last(self) -> int:
         return int(self.raw("KEEP_LAST"))
+
+    @property
+    def max_buffer_pairs(self) -> int | None:
+        value = self.raw("MAX_BUFFER_PAIRS")
+        return None if value is None else int(value)
 
     @property
     def on_error(self) -> str:

@@ -159,9 +159,12 @@ def visible(namespace: str, key: SlotKey) -> list[dict[str, Any]]:
     return _dicts(rows.order_by("seq").values("role", "content", "citations"))
 
 
-def rows_after(slot_id: int, after_seq: int, up_to: int | None = None) -> list[dict[str, Any]]:
-    """Messages of a slot with ``after_seq < seq <= up_to``, oldest first."""
-    return sql.messages_after(slot_id, after_seq, up_to)
+def rows_after(
+    slot_id: int, after_seq: int, up_to: int | None = None, *, newest: int | None = None
+) -> list[dict[str, Any]]:
+    """Messages of a slot with ``after_seq < seq <= up_to``, oldest first (``newest``: only
+    that many of the newest)."""
+    return sql.messages_after(slot_id, after_seq, up_to, newest=newest)
 
 
 def session_history(namespace: str, user_id: str, session_id: str) -> list[dict[str, Any]]:

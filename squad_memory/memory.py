@@ -103,7 +103,7 @@ class Memory:
             return self.journal.visible(key, None)
         slot = self.slot(key)
         if slot is not None and slot.active:
-            return buffer.read(slot)
+            return self.current(slot)
         seed = self.journal.seed(key)
         if slot is None and seed is None:
             return []
@@ -119,8 +119,15 @@ class Memory:
         """What ``fetch_chat`` shows now, without activating the buffer."""
         slot = self.slot(key)
         if slot is not None and slot.active:
-            return buffer.read(slot)
+            return self.current(slot)
         return self.journal.visible(key, slot)
+
+    def current(self, slot: Slot) -> list[MessageDict]:
+        """The buffer of a slot kept in the database, within its hard limit."""
+        if not slot.active or self.policy is None:
+            return buffer.current(slot)
+        pairs = slot.max_pairs_for(self.policy.trigger_at, self.policy.max_buffer_pairs)
+        return buffer.read(slot, 2 * pairs)
 
     def _trigger(self, slot: Slot | None) -> int:
         assert self.policy is not None
@@ -143,7 +150,7 @@ class Memory:
         if claimed is not None:
             self._run(claimed, "activation")
             slot.refresh_from_db()
-        return buffer.read(slot)
+        return self.current(slot)
 
     # -- compressing -----------------------------------------------------------------
     def compress_now(self, key: SlotKey) -> Result:

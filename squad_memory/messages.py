@@ -149,6 +149,40 @@ def validate_summary(output: Any) -> list[MessageDict]:
     return result
 
 
+def check_smaller(output: list[MessageDict], given: list[MessageDict], max_chars: int) -> None:
+    """A compression's output must not be larger than its input: no more messages, and
+    each message it wrote (one not copied from the input) within ``max_chars`` characters.
+
+    (A first compression of a short buffer may fold one message into one summary: as
+    many messages, none longer than the limit, so repeated compressions never grow.)
+    """
+    if len(output) > len(given):
+        raise InvalidSummarizerOutput(
+            f"The summarizer returned {len(output)} messages for {len(given)}; a compression "
+            "must not return more messages than it was given (a summary plus the kept pairs)."
+        )
+    copied = {_fingerprint(m) for m in given}
+    for message in output:
+        size = _chars(message)
+        if size > max_chars and _fingerprint(message) not in copied:
+            raise InvalidSummarizerOutput(
+                f"The summarizer wrote a message of {size} characters; the limit is "
+                f"MAX_SUMMARY_CHARS ({max_chars})."
+            )
+
+
+def _fingerprint(message: MessageDict) -> str:
+    return json.dumps([message["role"], message["content"]], sort_keys=True)
+
+
+def _chars(message: MessageDict) -> int:
+    """Characters of a message: its text blocks' text, other blocks as JSON."""
+    return sum(
+        len(block["text"]) if isinstance(block.get("text"), str) else len(json.dumps(block))
+        for block in message["content"] or []
+    )
+
+
 def to_message(data: MessageDict) -> ConversationMessage:
     """A fresh ``ConversationMessage`` from a stored dict (content copied: callers may mutate)."""
     citations = data.get("citations")

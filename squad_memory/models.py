@@ -16,6 +16,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from squad_memory.conf import app_settings
 from squad_memory.querysets import DJANGO_NAMESPACE, Outcome, SlotQuerySet, SlotState, ago
 
 __all__ = [
@@ -135,6 +136,13 @@ class Slot(models.Model):
 
     @property
     def state(self) -> SlotState:
+        """The summary state, judged with the settings' TRIGGER_AT and MAX_BUFFER_PAIRS."""
+        return self.state_for(app_settings.trigger_at, app_settings.max_buffer_pairs)
+
+    def state_for(self, default_trigger_at: int, default_max_pairs: int | None) -> SlotState:
+        """The summary state (the same rule as ``SlotQuerySet.in_state``)."""
+        if self.is_over_limit(default_trigger_at, default_max_pairs):
+            return SlotState.OVER_LIMIT
         if self.pending_since is not None:
             return SlotState.PENDING
         if self.last_failed:
@@ -155,9 +163,15 @@ class Slot(models.Model):
         keep = self.keep_last if self.keep_last is not None else default_keep
         return max(min(keep, self.trigger_for(default_trigger) - 1), 0)
 
-    def max_pairs_for(self, default: int | None) -> int | None:
-        """The hard limit on what a fetch returns, in pairs (None: no limit)."""
-        return self.max_buffer_pairs or default
+    def max_pairs_for(self, default_trigger: int, default_max_pairs: int | None) -> int:
+        """The hard limit on the buffer's tail, in pairs: the override, the default, or
+        three times the slot's trigger_at."""
+        return self.max_buffer_pairs or default_max_pairs or 3 * self.trigger_for(default_trigger)
+
+    def is_over_limit(self, default_trigger: int, default_max_pairs: int | None) -> bool:
+        """An active buffer whose tail is past the hard limit (compressions lag or fail)."""
+        limit = 2 * self.max_pairs_for(default_trigger, default_max_pairs)
+        return self.active and self.last_seq - self.covered_seq > limit
 
     @property
     def buffer_from_seq(self) -> int:

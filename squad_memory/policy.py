@@ -22,9 +22,18 @@ class Policy:
     keep_last: int = 2
     mode: str = "inline"
     on_error: str = "record"
+    #: The hard limit on what a fetch returns, in pairs; None: 3 x the slot's trigger_at.
+    max_buffer_pairs: int | None = None
 
     def __post_init__(self) -> None:
         check_sizes(self.trigger_at, self.keep_last)
+        if self.max_buffer_pairs is not None and (
+            not isinstance(self.max_buffer_pairs, int) or self.max_buffer_pairs < self.trigger_at
+        ):
+            raise ConfigurationError(
+                f"max_buffer_pairs must be an integer of at least trigger_at ({self.trigger_at}), "
+                f"got {self.max_buffer_pairs!r}."
+            )
         check_choice("mode", self.mode, MODES)
         check_choice("on_error", self.on_error, ON_ERROR)
         if self.mode == "celery":

@@ -29,6 +29,7 @@ class SlotState(models.TextChoices):
     ACTIVE = "active", _("active")
     PENDING = "pending", _("compression pending")
     FAILED = "failed", _("last compression failed")
+    OVER_LIMIT = "over_limit", _("over its hard limit")
 
 
 class Outcome(models.TextChoices):
@@ -85,16 +86,29 @@ class SlotQuerySet(models.QuerySet["Slot"]):
             Q(pending_since__isnull=True) | Q(lease_until__lt=now) | unleased_expired
         )
 
-    def in_state(self, state: str) -> SlotQuerySet:
-        """Slots in one :class:`SlotState` (the same rule as :attr:`Slot.state`)."""
-        pending = Q(pending_since__isnull=False)
-        failed = ~pending & Q(last_failed=True)
-        rest = ~pending & Q(last_failed=False)
-        return self.filter(
+    def with_limit(self, default_trigger_at: int, default_max_pairs: int | None) -> SlotQuerySet:
+        """Alias ``over``: True where the buffer's tail is past the slot's hard limit."""
+        trigger = Coalesce("trigger_at", Value(default_trigger_at))
+        default = Value(default_max_pairs) if default_max_pairs else trigger * 3
+        limit = Coalesce("max_buffer_pairs", default) * 2
+        over = Q(active=True) & Q(tail__gt=limit)
+        return self.alias(tail=F("last_seq") - F("covered_seq")).alias(
+            over=models.ExpressionWrapper(over, output_field=models.BooleanField())
+        )
+
+    def in_state(
+        self, state: str, default_trigger_at: int = 20, default_max_pairs: int | None = None
+    ) -> SlotQuerySet:
+        """Slots in one :class:`SlotState` (the same rule as :meth:`Slot.state_for`)."""
+        over = Q(over=True)
+        pending = ~over & Q(pending_since__isnull=False)
+        rest = ~over & Q(pending_since__isnull=True)
+        return self.with_limit(default_trigger_at, default_max_pairs).filter(
             {
+                SlotState.OVER_LIMIT: over,
                 SlotState.PENDING: pending,
-                SlotState.FAILED: failed,
-                SlotState.ACTIVE: rest & Q(active=True),
-                SlotState.INACTIVE: rest & Q(active=False),
+                SlotState.FAILED: rest & Q(last_failed=True),
+                SlotState.ACTIVE: rest & Q(last_failed=False, active=True),
+                SlotState.INACTIVE: rest & Q(last_failed=False, active=False),
             }[SlotState(state)]
         )

@@ -37,6 +37,7 @@ class Statements:
     insert_row: str
     messages_after: str
     messages_between: str
+    newest_after: str
 
 
 def _connection() -> BaseDatabaseWrapper:
@@ -79,6 +80,7 @@ def statements(alias: str) -> Statements:
         insert_row="(" + ", ".join(["%s"] * len(_MESSAGE_COLUMNS)) + ")",
         messages_after=f"{read} ORDER BY {seq}",
         messages_between=f"{read} AND {seq} <= %s ORDER BY {seq}",
+        newest_after=f"{read} ORDER BY {seq} DESC LIMIT %s",
     )
 
 
@@ -126,11 +128,16 @@ def update_slot(slot: Slot, names: Sequence[str]) -> None:
         cursor.execute(sql, [*params, slot.pk])
 
 
-def messages_after(slot_id: int, after_seq: int, up_to: int | None = None) -> list[dict[str, Any]]:
-    """``seq``, ``role``, ``content`` and ``citations`` of the messages after ``after_seq``."""
+def messages_after(
+    slot_id: int, after_seq: int, up_to: int | None = None, *, newest: int | None = None
+) -> list[dict[str, Any]]:
+    """``seq``, ``role``, ``content`` and ``citations`` of the messages after ``after_seq``,
+    oldest first; ``newest`` keeps only that many of the newest."""
     connection = _connection()
     sql = statements(connection.alias)
-    if up_to is None:
+    if newest is not None:
+        query, params = sql.newest_after, [slot_id, after_seq, newest]
+    elif up_to is None:
         query, params = sql.messages_after, [slot_id, after_seq]
     else:
         query, params = sql.messages_between, [slot_id, after_seq, up_to]
@@ -138,6 +145,9 @@ def messages_after(slot_id: int, after_seq: int, up_to: int | None = None) -> li
     decode: Any = None  # from_db_value reads no expression for a plain column
     with connection.cursor() as cursor:
         cursor.execute(query, params)
+        fetched = cursor.fetchall()
+        if newest is not None:
+            fetched.reverse()
         return [
             {
                 "seq": row[0],
@@ -145,5 +155,5 @@ def messages_after(slot_id: int, after_seq: int, up_to: int | None = None) -> li
                 "content": content.from_db_value(row[2], decode, connection),  # type: ignore[attr-defined]
                 "citations": citations.from_db_value(row[3], decode, connection),  # type: ignore[attr-defined]
             }
-            for row in cursor.fetchall()
+            for row in fetched
         ]

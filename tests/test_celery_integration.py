@@ -307,3 +307,70 @@ def test_broker_down_saves_succeed_and_the_sweep_catches_up(
     assert raw_texts() == [f"w0-{n}-{r}" for n in range(6) for r in "ua"]
     assert len(applied()) == 1
     assert_buffer_is_summary_then_tail()
+
+
+# -- a broker that accepts and never answers ---------------------------------------------------
+@pytest.fixture
+def silent_broker() -> Iterator[int]:
+    """A local listener that accepts TCP connections and never sends a byte."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    server.settimeout(0.1)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(2)
+    for sock in held:
+        sock.close()
+    server.close()
+
+
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
+def test_a_broker_that_never_answers_does_not_hold_the_save(
+    silent_broker: int, scheme: str, settings: Any, caplog: Any
+) -> None:
+    from celery import Celery, current_app
+
+    from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
+    from tests.conftest import msg
+
+    settings.SQUAD_MEMORY = {"PUBLISH_TIMEOUT": 1.0}
+    previous = current_app._get_current_object()
+    url = f"redis://127.0.0.1:{silent_broker}/0" if scheme == "redis" else (
+        f"amqp://guest:guest@127.0.0.1:{silent_broker}//"
+    )
+    app = Celery("squad-memory-silent", broker=url, set_as_current=False)
+    app.conf.update(task_ignore_result=True)
+    app.set_current()
+    try:
+        store = SummarizingChatStorage(
+            DjangoChatStorage(), "tests.celery_summarizers.fold", 2, 1, mode="celery"
+        )
+        for i in range(3):
+            store.save_chat_messages_sync(*SLOT, [msg("user", f"u{i}"), msg("assistant", f"a{i}")])
+        started = time.monotonic()
+        store.fetch_chat_sync(*SLOT)  # activates: its claim cannot be published
+        store.save_chat_message_sync(*SLOT, msg("user", "u3"))  # crosses again: same
+        elapsed = time.monotonic() - started
+    finally:
+        previous.set_current()
+    assert elapsed < 2 * 1.0 + 1.5, f"the saves took {elapsed:.1f} s"
+    slot = Slot.objects.get()
+    assert slot.pending_since is None and slot.last_seq == 7  # released; the message stored
+    assert caplog.text.count("Could not enqueue the compression") == 2
+    assert "TimeoutError" in caplog.text

@@ -24,6 +24,7 @@ pytest_plugins = ["tests.api_fixtures"]
 pytestmark = pytest.mark.django_db
 
 FOLD = "tests.celery_summarizers.fold"
+PAIRS = [msg("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(8)]
 CELERY = {"SUMMARIZER": FOLD, "TRIGGER_AT": 2, "KEEP_LAST": 1, "MODE": "celery"}
 
 
@@ -47,7 +48,7 @@ def broker_refusing() -> Iterator[Celery]:
 def test_compress_now_always_answers_an_outcome() -> None:
     store = squad_memory.get_storage()
     assert store.compress_now("nobody", "s", "a").outcome == Outcome.SKIPPED
-    store.save_chat_messages_sync("u", "s", "a", [msg("user", "q"), msg("assistant", "a")])
+    store.save_chat_messages_sync("u", "s", "a", PAIRS)
     result = store.compress_now("u", "s", "a")
     assert result.outcome == Outcome.APPLIED and result.log_id == Compression.objects.get().pk
 
@@ -88,7 +89,7 @@ def test_api_compress_inline_reports_applied_even_with_atomic_requests(
 
 def test_compress_inside_a_callers_transaction_is_deferred_to_the_commit() -> None:
     store = squad_memory.get_storage()
-    store.save_chat_messages_sync("u", "s", "a", [msg("user", "q"), msg("assistant", "a")])
+    store.save_chat_messages_sync("u", "s", "a", PAIRS)
     with transaction.atomic():
         result = store.compress_now("u", "s", "a")
         assert result.outcome == Outcome.DEFERRED and not Compression.objects.exists()

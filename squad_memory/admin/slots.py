@@ -32,7 +32,11 @@ class StateFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Slot]) -> QuerySet[Slot]:
         value = self.value()
-        return queryset.in_state(value) if value in SlotState.values else queryset  # type: ignore[attr-defined]
+        if value not in SlotState.values:
+            return queryset
+        limits = (app_settings.trigger_at, app_settings.max_buffer_pairs)
+        slots: QuerySet[Slot] = queryset.in_state(value, *limits)  # type: ignore[attr-defined]
+        return slots
 
 
 class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -40,7 +44,7 @@ class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
 
     class Meta:
         model = Slot
-        fields = ["trigger_at", "keep_last"]
+        fields = ["trigger_at", "keep_last", "max_buffer_pairs"]
 
     def clean_trigger_at(self) -> int | None:
         value: int | None = self.cleaned_data.get("trigger_at")
@@ -55,6 +59,12 @@ class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
             return data
         trigger_at = _or_default(data.get("trigger_at"), app_settings.trigger_at)
         keep_last = _or_default(data.get("keep_last"), app_settings.keep_last)
+        pairs = data.get("max_buffer_pairs")
+        if pairs is not None and pairs < trigger_at:
+            raise forms.ValidationError(
+                _("The hard limit must be at least trigger at (%(trigger)d), or empty.")
+                % {"trigger": trigger_at}
+            )
         if keep_last >= trigger_at:
             raise forms.ValidationError(
                 _(
@@ -120,7 +130,7 @@ class SlotAdmin(SlotActionsAdmin):
         ),
         (
             _("Per-slot settings"),
-            {"classes": ["collapse"], "fields": [("trigger_at", "keep_last")]},
+            {"classes": ["collapse"], "fields": [("trigger_at", "keep_last", "max_buffer_pairs")]},
         ),
     ]
 
@@ -159,7 +169,7 @@ class SlotAdmin(SlotActionsAdmin):
 
     def save_model(self, request: HttpRequest, obj: Slot, form: Any, change: bool) -> None:
         # Never write back counters read at request time: a save may have moved them since.
-        obj.save(update_fields=["trigger_at", "keep_last"])
+        obj.save(update_fields=["trigger_at", "keep_last", "max_buffer_pairs"])
 
     # -- slot page -------------------------------------------------------------------------
     def render_change_form(

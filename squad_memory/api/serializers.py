@@ -12,7 +12,7 @@ from rest_framework import serializers
 from squad_memory.api.access import FORBIDDEN_ID_CHARS
 from squad_memory.conf import app_settings
 from squad_memory.messages import ROLES
-from squad_memory.models import Message, Outcome, Slot
+from squad_memory.models import Message, Outcome, Slot, SlotState
 
 #: Nesting depth allowed inside a message's content and citations.
 MAX_DEPTH = 32
@@ -183,7 +183,11 @@ class SlotSerializer(serializers.ModelSerializer[Slot]):
     message_count = serializers.IntegerField(read_only=True, help_text="Raw messages accepted.")
     buffer_length = serializers.IntegerField(read_only=True, help_text="Length of the buffer.")
     state = serializers.ChoiceField(
-        choices=["inactive", "active", "pending", "failed"], read_only=True
+        choices=SlotState.values,
+        read_only=True,
+        help_text="inactive (the raw history), active, pending (a compression is queued or "
+        "running), failed (the last one failed), over_limit (compressions lag: fetch_chat "
+        "returns the summary plus the newest messages within the hard limit).",
     )
 
     class Meta:

@@ -5,46 +5,53 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
+from squad_memory.buffer import Snapshot
 from squad_memory.exceptions import InvalidSummarizerOutput
 from squad_memory.history import db_alias
 from squad_memory.models import Compression
 from squad_memory.summarizers import Summarizer
 
 if TYPE_CHECKING:
-    from squad_memory.buffer import Snapshot
     from squad_memory.compression.runner import Result
 
 logger = logging.getLogger("squad_memory")
 
 
-def write(
-    snap: Snapshot,
-    summarizer: Summarizer,
-    result: Result,
-    started: datetime,
-    clock: float,
-    trigger: str,
-    attempt: int,
-) -> int:
+@dataclass
+class Attempt:
+    """One run of a summarizer over a snapshot: what its log row records."""
+
+    snap: Snapshot
+    summarizer: Summarizer
+    trigger: str
+    attempt: int
+    started: datetime = field(default_factory=timezone.now)
+    clock: float = field(default_factory=time.monotonic)
+
+
+def write(run: Attempt, result: Result) -> int:
+    """The log row of one attempt; its id."""
+    snap = run.snap
     row = Compression.objects.using(db_alias()).create(
         slot_id=snap.slot_id,
-        started_at=started,
+        started_at=run.started,
         finished_at=timezone.now(),
-        duration_ms=int((time.monotonic() - clock) * 1000),
+        duration_ms=int((time.monotonic() - run.clock) * 1000),
         from_seq=snap.from_seq,
         to_seq=snap.to_seq,
         input=snap.messages,
         output=result.output,
-        summarizer=summarizer.label[:255],
+        summarizer=run.summarizer.label[:255],
         outcome=result.outcome,
         error=describe(result.error),
-        trigger=trigger[:32],
-        attempt=attempt,
+        trigger=run.trigger[:32],
+        attempt=run.attempt,
     )
     return int(row.pk)
 

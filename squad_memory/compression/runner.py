@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
-from datetime import datetime
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from squad_memory import buffer, lease
 from squad_memory.compression import log
 from squad_memory.compression.claims import Claim, release
+from squad_memory.conf import app_settings
 from squad_memory.history import db_alias
-from squad_memory.messages import MessageDict, to_messages, validate_summary
+from squad_memory.messages import MessageDict, check_smaller, to_messages, validate_summary
 from squad_memory.models import Outcome, Slot
 from squad_memory.summarizers import Summarizer, call_summarizer
 
@@ -86,24 +85,25 @@ def compress(
 ) -> Result:
     """Summarize ``snap`` with no transaction open, then apply it if it is still the head.
 
-    ``applied``, ``failed``, or ``stale`` when the buffer moved on or the claim was lost
-    meanwhile (nothing changes). One log row either way.
+    ``applied``; ``failed`` (the summarizer raised, returned something invalid or not
+    smaller, or the database went away); ``skipped`` (nothing to fold); or ``stale``
+    when the buffer moved on or the claim was lost meanwhile (nothing changes). One log
+    row either way, and the claim released on every way out but a retry's.
     """
-    started, clock = timezone.now(), time.monotonic()
+    run = log.Attempt(snap, summarizer, trigger, attempt)
     try:
         with lease.renewing(claimed.slot_id, claimed.token, lease_seconds):
             result = _summarize(snap, summarizer, claimed.keep_last)
     except BaseException as exc:  # cancelled, interrupted, exiting: release, log, re-raise
-        _abandon(snap, claimed.token, summarizer, exc, started, clock, trigger, attempt)
+        _abandon(run, claimed.token, exc)
         raise
-    with transaction.atomic(using=db_alias()):
-        if result.error is None and not _apply(snap, claimed.token, result.output or []):
-            result = Result(Outcome.STALE)
-        elif result.error is None:
-            result.covered_seq = snap.to_seq
-        elif final:
-            release(claimed.slot_id, claimed.token, failed=True)
-        result.log_id = log.write(snap, summarizer, result, started, clock, trigger, attempt)
+    try:
+        with transaction.atomic(using=db_alias()):
+            result = _settle(snap, claimed, result, final)
+            result.log_id = log.write(run, result)
+    except DatabaseError as exc:  # the database restarted meanwhile
+        _abandon(run, claimed.token, exc)
+        return Result(Outcome.FAILED, error=exc)
     log.report(snap, result)
     return result
 
@@ -112,9 +112,25 @@ def _summarize(snap: buffer.Snapshot, summarizer: Summarizer, keep_last: int) ->
     try:
         raw = call_summarizer(summarizer.func, to_messages(snap.messages), keep_last)
         output = validate_summary(raw)
+        if output == snap.messages:
+            return Result(Outcome.SKIPPED)
+        check_smaller(output, snap.messages, app_settings.max_summary_chars)
     except Exception as exc:
         return Result(Outcome.FAILED, error=exc)
     return Result(Outcome.APPLIED, output=output)
+
+
+def _settle(snap: buffer.Snapshot, claimed: Claim, result: Result, final: bool) -> Result:
+    """Apply an output with a compare-and-swap, or release the claim (lock-free, one row)."""
+    if result.applied:
+        if not _apply(snap, claimed.token, result.output or []):
+            return Result(Outcome.STALE)
+        result.covered_seq = snap.to_seq
+    elif result.outcome == Outcome.SKIPPED:
+        release(claimed.slot_id, claimed.token, failed=False)
+    elif final:
+        release(claimed.slot_id, claimed.token, failed=True)
+    return result
 
 
 def _apply(snap: buffer.Snapshot, token: str, output: list[MessageDict]) -> bool:
@@ -137,33 +153,27 @@ def _apply(snap: buffer.Snapshot, token: str, output: list[MessageDict]) -> bool
     return updated == 1
 
 
-def _abandon(
-    snap: buffer.Snapshot,
-    token: str,
-    summarizer: Summarizer,
-    exc: BaseException,
-    started: datetime,
-    clock: float,
-    trigger: str,
-    attempt: int,
-) -> None:
+def _abandon(run: log.Attempt, token: str, exc: BaseException) -> None:
     """Release the claim and log the failure, if the database answers; never raise."""
-    result = Result(Outcome.FAILED, error=exc)
+    connection = transaction.get_connection(db_alias())
+    if not connection.in_atomic_block:
+        connection.close()  # a connection the database dropped: the next query reconnects
     try:
         with transaction.atomic(using=db_alias()):
-            release(snap.slot_id, token, failed=True)
-            log.write(snap, summarizer, result, started, clock, trigger, attempt)
+            release(run.snap.slot_id, token, failed=True)
+            log.write(run, Result(Outcome.FAILED, error=exc))
     except Exception as db_error:  # the claim's lease runs out instead
         logger.error(
             "Compression of slot %s was interrupted (%s) and its claim could not be released "
             "(%s); it is taken over when its lease runs out.",
-            snap.slot_id,
+            run.snap.slot_id,
             type(exc).__name__,
             db_error,
         )
         return
     logger.warning(
-        "Compression of slot %s was interrupted (%s); its claim was released.",
-        snap.slot_id,
+        "Compression of slot %s was interrupted (%s: %s); its claim was released.",
+        run.snap.slot_id,
         type(exc).__name__,
+        exc,
     )

@@ -7,7 +7,6 @@ from typing import Any
 from agent_squad.storage import ChatStorage
 from agent_squad.types import ConversationMessage
 
-from squad_memory import buffer
 from squad_memory.compression import Result
 from squad_memory.conf import app_settings
 from squad_memory.journal import ForeignJournal, Journal, OrmJournal
@@ -36,6 +35,9 @@ class SummarizingChatStorage(AsyncContract):
             ``"raise"`` makes the save raise :class:`SummarizerError` after storing.
         namespace: for a foreign inner store, the name its slots are kept under
             (defaults to the store's class name).
+        max_buffer_pairs: the hard limit: while compressions lag or fail, ``fetch_chat``
+            returns the summary plus at most this many newest pairs; defaults to
+            ``SQUAD_MEMORY["MAX_BUFFER_PAIRS"]`` (None: 3 x trigger_at).
     """
 
     def __init__(
@@ -48,6 +50,7 @@ class SummarizingChatStorage(AsyncContract):
         mode: str | None = None,
         on_error: str | None = None,
         namespace: str | None = None,
+        max_buffer_pairs: int | None = None,
     ) -> None:
         super().__init__()
         self._storage = storage
@@ -57,6 +60,7 @@ class SummarizingChatStorage(AsyncContract):
             keep_last,
             mode=mode or app_settings.mode,
             on_error=on_error or app_settings.on_error,
+            max_buffer_pairs=max_buffer_pairs or app_settings.max_buffer_pairs,
         )
         journal: Journal = (
             OrmJournal()
@@ -178,4 +182,4 @@ class SummarizingChatStorage(AsyncContract):
             return to_messages(result.output)
         if saved.inner is not None and not saved.slot.active:
             return as_list(saved.inner) if isinstance(saved.inner, list) else []
-        return to_messages(buffer.current(saved.slot))
+        return to_messages(self.memory.current(saved.slot))
