@@ -75,7 +75,9 @@ def w5(r: dict[str, Any]) -> list[str]:
         "",
         f"Messages stored per second, all writers together, over {r['params']['duration_s']} s. "
         "Each writer is a process with its own connection saving message pairs with "
-        "`save_chat_messages_sync` (inline mode, summarizer sleep 0); the floor inserts rows one by one.",
+        "`save_chat_messages_sync` (inline mode, summarizer sleep 0); the bare ORM inserts rows "
+        "one by one. The PgBouncer row: the same writers connected through a PgBouncer "
+        "(transaction pooling, `DISABLE_SERVER_SIDE_CURSORS`) the run starts on a free port.",
         "",
     ]
     counts = sorted({int(w) for per in r["W5"].values() for w in per})
@@ -94,7 +96,9 @@ def w5(r: dict[str, Any]) -> list[str]:
         *[f"{w} writer(s)" for w in counts],
         *[f"x{w} / x{counts[0]}" for w in counts[1:]],
     ]
-    return lines + _table(head, rows) + ["", "![W5](w5_throughput.png)", ""]
+    bouncer = r.get("W5_pgbouncer", {}).get("error")
+    failed = [f"**Through PgBouncer the writers failed:** `{bouncer[-600:]}`", ""] if bouncer else []
+    return [*lines, *_table(head, rows), "", *failed, "![W5](w5_throughput.png)", ""]
 
 
 def w6(r: dict[str, Any]) -> list[str]:
@@ -126,6 +130,32 @@ def w6(r: dict[str, Any]) -> list[str]:
         "",
         f"Peak RSS, agent-squad / squad_memory: {_f(ratio)}x; growth while serving the slots: "
         f"{_f(growth[0])} MB against {_f(growth[1])} MB.",
+        "",
+        *log_bytes(w),
+    ]
+
+
+def log_bytes(w: dict[str, Any]) -> list[str]:
+    """The compression log's size against the raw history's, after one compression a slot."""
+    fill = w.get("fill", {})
+    if not fill.get("raw_bytes"):
+        return []
+    mb = 1024 * 1024
+    rows = [
+        ["compression log", fill["log_rows"], fill["log_bytes"] / mb, fill.get("log_table_bytes")],
+        ["raw messages", fill["raw_rows"], fill["raw_bytes"] / mb, fill.get("raw_table_bytes")],
+    ]
+    rows = [[*row[:3], row[3] / mb if row[3] else None] for row in rows]
+    return [
+        "### Compression log against raw messages",
+        "",
+        f"Each slot filled in bulk, then activated by one `fetch_chat` (one compression each, "
+        f"{_f(fill['activate_s'])} s for all). Bytes: every column's value as text, summed over "
+        "the run's rows; the table size is the whole table on disk (all runs, indexes, TOAST).",
+        "",
+        *_table(["", "rows", "MB (the run's rows)", "table size MB"], rows),
+        "",
+        f"Log bytes / raw bytes: {_f(fill['log_bytes'] / fill['raw_bytes'])}.",
         "",
     ]
 
