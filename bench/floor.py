@@ -68,7 +68,7 @@ def _insert_sql(mark: str) -> str:
 
 def _select_sql(mark: str) -> str:
     return (
-        f"SELECT role, content, citations, \"timestamp\" FROM {TABLE} "
+        f'SELECT role, content, citations, "timestamp" FROM {TABLE} '
         f"WHERE slot_id = {mark} ORDER BY seq DESC LIMIT {2 * TRIGGER_AT}"
     )
 

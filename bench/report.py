@@ -11,6 +11,7 @@ from bench.config import TRIGGER_AT
 from bench.ratios import FLOORS, database_of, to_floor
 from bench.targets import SM, evaluate
 
+QUICK_NOTE = " (quick smoke run: sizes too small to judge)"
 BASELINES = (
     ("as-inmemory", "agent-squad InMemory"),
     ("as-libsql", "agent-squad libsql"),
@@ -43,7 +44,7 @@ def header(r: dict[str, Any]) -> list[str]:
     lines = [
         "# Benchmark results",
         "",
-        f"Taken in one run on {when}{' (quick smoke run: sizes too small to judge)' if r['quick'] else ''}.",
+        f"Taken in one run on {when}{QUICK_NOTE if r['quick'] else ''}.",
         "",
         "Command (from the repository root):",
         "",
@@ -79,7 +80,7 @@ def systems(r: dict[str, Any]) -> list[str]:
     lines += _table(["id", "system", "stores in"], rows)
     for item in r["skipped"]:
         lines.append(f"\n- **Not measured: {item['what']}** ({item['reason']}).")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def w1(r: dict[str, Any]) -> list[str]:
@@ -87,7 +88,8 @@ def w1(r: dict[str, Any]) -> list[str]:
     lines = [
         "## W1: one turn as the stored history grows",
         "",
-        "A turn is save user message, save answer, fetch (ms, median over the turns; p90 in brackets).",
+        "A turn is save user message, save answer, fetch "
+        "(ms, median over the turns; p90 in brackets).",
         "",
     ]
     rows = []
@@ -107,7 +109,8 @@ def w1(r: dict[str, Any]) -> list[str]:
     )
     lines += [
         "",
-        "Per step (median ms at each N: save user / save answer / fetch; LangChain: save_context / load):",
+        "Per step (median ms at each N: save user / save answer / fetch; "
+        "LangChain: save_context / load):",
         "",
     ]
     rows = []
@@ -115,7 +118,7 @@ def w1(r: dict[str, Any]) -> list[str]:
         if "W1" in v:
             rows.append([_label(r, sid), *[_steps(v["W1"].get(str(n))) for n in sizes]])
     lines += _table(["system", *[f"N={n:,}" for n in sizes]], rows)
-    return lines + ["", "![W1](w1_turn.png)", ""] + ratios(r)
+    return [*lines, "", "![W1](w1_turn.png)", "", *ratios(r)]
 
 
 def _steps(d: dict[str, Any] | None) -> str:
@@ -128,7 +131,8 @@ def _steps(d: dict[str, Any] | None) -> str:
 def ratios(r: dict[str, Any]) -> list[str]:
     sizes = r["params"]["sizes"]
     lines = [
-        "### Ratios per turn against each baseline (baseline / squad_memory; >1: squad_memory is faster)",
+        "### Ratios per turn against each baseline "
+        "(baseline / squad_memory; >1: squad_memory is faster)",
         "",
     ]
     rows = []
@@ -199,8 +203,8 @@ def w3(r: dict[str, Any]) -> list[str]:
         "## W3: critical-path latency per turn",
         "",
         f"{p['latency_turns']} turns from an empty slot, summarizer sleeping {p['slow_sleep']} s, "
-        f"trigger_at 20, keep_last 2; an untimed pause of {p['think_s']} s between turns stands for "
-        "the agent answering. ms.",
+        f"trigger_at 20, keep_last 2; an untimed pause of {p['think_s']} s between turns "
+        "stands for the agent answering. ms.",
         "",
     ]
     rows = []
