@@ -99,8 +99,9 @@ def w5(r: dict[str, Any]) -> list[str]:
         *[f"x{w} / x{counts[0]}" for w in counts[1:]],
     ]
     bouncer = r.get("W5_pgbouncer", {}).get("error")
-    failed = [f"**Through PgBouncer the writers failed:** `{bouncer[-600:]}`", ""]
-    failed = failed if bouncer else []
+    failed = []
+    if bouncer:
+        failed = [f"**Through PgBouncer the writers failed:** `{bouncer[-600:]}`", ""]
     return [*lines, *_table(head, rows), "", *failed, "![W5](w5_throughput.png)", ""]
 
 
