@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import machine
+from bench import machine, ratios
 from bench.config import FULL, QUICK, WORKLOADS
 from bench.runner import Runner
 
@@ -45,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     print("Preparing databases and services", flush=True)
     runner.prepare()
     runner.results["machine"] = machine.describe(runner.databases.get("postgresql"))
+    runner.results["params"] = runner.params
     if args.workloads & {"W1", "W2", "W3"}:
         runner.systems()
+        ratios.show(runner.results)
     if "W4" in args.workloads:
         runner.queries()
     if "W5" in args.workloads:
@@ -65,9 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(runner.results, indent=1))
-    from bench import report
+    from bench import report, targets
 
     report.write(runner.results, args.out)
+    for row in targets.evaluate(runner.results):
+        verdict = "-" if row["met"] is None else ("met" if row["met"] else "MISSED")
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
+        print(f"  {verdict:<6} {ratio:>7}  {row['target']} [{row['subject']}]", flush=True)
     print(f"Done in {runner.results['elapsed_s']:.0f} s; results in {args.out}", flush=True)
     return 0
 

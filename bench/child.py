@@ -17,14 +17,15 @@ import django
 
 
 def make_system(name: str, spec: dict[str, Any], slow: bool = False) -> Any:
-    from bench import rivals, sm
+    from bench import floor, rivals, sm
 
     work = Path(spec["work"])
     summarizer = sm.SLOW if slow else sm.FAST
     factories = {
         "sm-inline": lambda: sm.SquadMemory("inline", summarizer),
         "sm-celery": lambda: sm.SquadMemory("celery", summarizer),
-        "floor": sm.DjangoFloor,
+        "floor": floor.DriverFloor,
+        "orm": sm.DjangoFloor,
         "as-inmemory": lambda: rivals.AgentSquadInMemory(slow),
         "as-libsql": lambda: rivals.AgentSquadLibsql(work / f"libsql-{spec['run']}.db", slow),
         "langchain": lambda: rivals.LangChainSummaryBuffer(work / f"langchain-{spec['run']}.db"),

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+#: every summarizing store: compress past TRIGGER_AT pairs, keep the last KEEP_LAST pairs
+TRIGGER_AT = 20
+KEEP_LAST = 2
+
 FULL: dict[str, Any] = {
     "sizes": [100, 1_000, 10_000],  # W1, W2: stored history N
     "turns": 50,  # W1: timed turns per N (after one warm-up turn)
@@ -20,7 +24,7 @@ FULL: dict[str, Any] = {
     "throughput_targets": [  # W5
         "squad_memory different slots",
         "squad_memory one-slot",
-        "floor different slots",
+        "bare ORM different slots",
     ],
 }
 
@@ -49,6 +53,8 @@ SYSTEMS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("sm-celery-postgresql", "sm-celery", "postgresql", ("W1", "W2", "W3")),
     ("floor-sqlite", "floor", "sqlite", ("W1", "W2")),
     ("floor-postgresql", "floor", "postgresql", ("W1", "W2")),
+    ("orm-sqlite", "orm", "sqlite", ("W1", "W2")),
+    ("orm-postgresql", "orm", "postgresql", ("W1", "W2")),
     ("as-inmemory", "as-inmemory", "none", ("W1", "W2", "W3")),
     ("as-libsql", "as-libsql", "none", ("W1", "W2")),
     ("langchain", "langchain", "none", ("W1", "W2")),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from agent_squad.types import ConversationMessage
 
 USER_FILLER = "Could you check the order status and the delivery address for me, please?"
@@ -39,3 +41,8 @@ def answer(i: int) -> ConversationMessage:
 
 def history(n: int) -> list[ConversationMessage]:
     return [ConversationMessage(role=role_of(k), content=[{"text": text_of(k)}]) for k in range(n)]
+
+
+def stamp() -> int:
+    """Milliseconds since the epoch, as stored in a message row."""
+    return int(time.time() * 1000)

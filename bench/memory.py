@@ -14,8 +14,8 @@ import resource
 import time
 from typing import Any
 
-from bench import conversation
-from bench.summarizer import compress
+from bench import conversation, logbytes
+from bench.config import KEEP_LAST, TRIGGER_AT
 
 PER_SLOT = 42  # 21 pairs: just over the default threshold of 20, so every buffer is active
 
@@ -33,12 +33,16 @@ def _peak_mb() -> float:
 
 
 def fill(run: str, slots: int) -> dict[str, Any]:
-    """Store ``slots`` active slots (raw history plus the summary a compression leaves)."""
-    from squad_memory.messages import to_dicts
+    """Store ``slots`` slots of raw history, then activate each through the public API.
+
+    Every activation is a real compression (one per slot), so the compression log
+    holds what squad_memory writes for that many active slots.
+    """
+    from bench.sm import FAST
     from squad_memory.models import Message, Slot
+    from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 
     started = time.perf_counter()
-    summary = to_dicts(compress(conversation.history(PER_SLOT), 2))
     rows = Slot.objects.bulk_create(
         [
             Slot(
@@ -46,12 +50,7 @@ def fill(run: str, slots: int) -> dict[str, Any]:
                 session_id=f"s{i}",
                 agent_id="agent",
                 last_seq=PER_SLOT,
-                last_role="assistant",
-                active=True,
-                summary=summary,
-                summary_length=len(summary),
-                covered_seq=PER_SLOT,
-                version=1,
+                last_role=conversation.role_of(PER_SLOT - 1),
             )
             for i in range(slots)
         ],
@@ -62,16 +61,25 @@ def fill(run: str, slots: int) -> dict[str, Any]:
     texts = [
         (conversation.role_of(k), [{"text": conversation.text_of(k)}]) for k in range(PER_SLOT)
     ]
+    stamp = conversation.stamp()
     for start in range(0, len(rows), 200):
         Message.objects.bulk_create(
             [
-                Message(slot=row, seq=k + 1, role=role, content=content, timestamp=0)
+                Message(slot=row, seq=k + 1, role=role, content=content, timestamp=stamp)
                 for row in rows[start : start + 200]
                 for k, (role, content) in enumerate(texts)
             ],
             batch_size=5000,
         )
-    return {"fill_s": time.perf_counter() - started}
+    filled = time.perf_counter()
+    storage = SummarizingChatStorage(
+        DjangoChatStorage(), FAST, TRIGGER_AT, KEEP_LAST, mode="inline"
+    )
+    for i in range(slots):
+        storage.fetch_chat_sync(run, f"s{i}", "agent")  # activation: one compression
+    result = {"fill_s": filled - started, "activate_s": time.perf_counter() - filled}
+    result.update(logbytes.measure(run))
+    return result
 
 
 def measure_squad_memory(run: str, slots: int) -> dict[str, Any]:
@@ -79,7 +87,9 @@ def measure_squad_memory(run: str, slots: int) -> dict[str, Any]:
     from bench.sm import FAST
     from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 
-    storage = SummarizingChatStorage(DjangoChatStorage(), FAST, 20, 2, mode="inline")
+    storage = SummarizingChatStorage(
+        DjangoChatStorage(), FAST, TRIGGER_AT, KEEP_LAST, mode="inline"
+    )
     storage.fetch_chat_sync(run, "s0", "agent")  # connection open, code paths warm
     baseline = _rss_mb()
     for i in range(slots):

@@ -19,10 +19,10 @@ from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 _TX_CONTROL = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE SAVEPOINT)", re.I)
 
 
-def count(operation: Callable[[], Any]) -> int:
-    """SQL statements ``operation`` runs, transaction control left out."""
+def count(operation: Callable[..., Any], *args: Any) -> int:
+    """SQL statements ``operation(*args)`` runs, transaction control left out."""
     with CaptureQueriesContext(connection) as ctx:
-        operation()
+        operation(*args)
     return sum(1 for q in ctx.captured_queries if not _TX_CONTROL.match(q["sql"]))
 
 
@@ -44,26 +44,26 @@ def query_counts(run: str, sizes: tuple[int, ...] = (10, 10_000)) -> dict[str, d
         wrapper = SummarizingChatStorage(DjangoChatStorage(), FAST, trigger, min(2, trigger - 1))
         row: dict[str, int] = {"trigger_at (pairs)": trigger}
         key = _slot(run, f"q-inactive-{n}", n)
-        row["fetch_chat, inactive slot (raw history)"] = count(lambda: raw.fetch_chat_sync(*key))
+        row["fetch_chat, inactive slot (raw history)"] = count(raw.fetch_chat_sync, *key)
         row["DjangoChatStorage.save_chat_message"] = count(
-            lambda: raw.save_chat_message_sync(*key, conversation.user(n))
+            raw.save_chat_message_sync, *key, conversation.user(n)
         )
-        row["fetch_all_chats"] = count(lambda: raw.fetch_all_chats_sync(key[0], key[1]))
+        row["fetch_all_chats"] = count(raw.fetch_all_chats_sync, key[0], key[1])
         key = _slot(run, f"q-active-{n}", n)
         row["first fetch_chat over the threshold (activation, inline compression)"] = count(
-            lambda: wrapper.fetch_chat_sync(*key)
+            wrapper.fetch_chat_sync, *key
         )
-        row["fetch_chat, active buffer"] = count(lambda: wrapper.fetch_chat_sync(*key))
+        row["fetch_chat, active buffer"] = count(wrapper.fetch_chat_sync, *key)
         row["save_chat_message, active buffer"] = count(
-            lambda: wrapper.save_chat_message_sync(*key, conversation.user(n))
+            wrapper.save_chat_message_sync, *key, conversation.user(n)
         )
         row["save_chat_messages (2), active buffer"] = count(
-            lambda: wrapper.save_chat_messages_sync(
-                *key, [conversation.answer(n), conversation.user(n + 1)]
-            )
+            wrapper.save_chat_messages_sync,
+            *key,
+            [conversation.answer(n), conversation.user(n + 1)],
         )
         row["save_chat_message, same role (skipped)"] = count(
-            lambda: wrapper.save_chat_message_sync(*key, conversation.user(n + 1))
+            wrapper.save_chat_message_sync, *key, conversation.user(n + 1)
         )
         row["save_chat_message crossing the threshold (inline compression)"] = _crossing(
             wrapper, key, n
@@ -80,7 +80,7 @@ def _crossing(wrapper: SummarizingChatStorage, key: tuple[str, str, str], n: int
         message = (
             conversation.answer(n + i) if slot.last_role == "user" else conversation.user(n + i)
         )
-        worst = max(worst, count(lambda: wrapper.save_chat_message_sync(*key, message)))
+        worst = max(worst, count(wrapper.save_chat_message_sync, *key, message))
         slot.refresh_from_db()
         if slot.version > 1:
             break
@@ -98,10 +98,10 @@ def sync_saves(run: str, n: int, saves: int) -> dict[str, Any]:
     wrap_t, floor_t, select_t, fetch_t = [], [], [], []
     for i in range(saves):
         message = conversation.user(i) if i % 2 == 0 else conversation.answer(i)
-        wrap_t.append(_time(lambda: wrapper.save_chat_message_sync(*key, message)))
-        floor_t.append(_time(lambda: floor.insert(fkey, message.role, message.content[0]["text"])))
-        fetch_t.append(_time(lambda: wrapper.fetch_chat_sync(*key)))
-        select_t.append(_time(lambda: floor.select(fkey)))
+        wrap_t.append(_time(wrapper.save_chat_message_sync, *key, message))
+        floor_t.append(_time(floor.insert, fkey, message.role, message.content[0]["text"]))
+        fetch_t.append(_time(wrapper.fetch_chat_sync, *key))
+        select_t.append(_time(floor.select, fkey))
     return {
         "n": n,
         "wrapper_save": ms(wrap_t),
@@ -111,7 +111,7 @@ def sync_saves(run: str, n: int, saves: int) -> dict[str, Any]:
     }
 
 
-def _time(operation: Callable[[], Any]) -> float:
+def _time(operation: Callable[..., Any], *args: Any) -> float:
     t0 = time.perf_counter()
-    operation()
+    operation(*args)
     return time.perf_counter() - t0

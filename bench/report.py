@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import plots
+from bench.config import TRIGGER_AT
+from bench.ratios import FLOORS, database_of, to_floor
 from bench.targets import SM, evaluate
 
+QUICK_NOTE = " (quick smoke run: sizes too small to judge)"
 BASELINES = (
     ("as-inmemory", "agent-squad InMemory"),
     ("as-libsql", "agent-squad libsql"),
@@ -41,7 +44,7 @@ def header(r: dict[str, Any]) -> list[str]:
     lines = [
         "# Benchmark results",
         "",
-        f"Taken in one run on {when}{' (quick smoke run: sizes too small to judge)' if r['quick'] else ''}.",
+        f"Taken in one run on {when}{QUICK_NOTE if r['quick'] else ''}.",
         "",
         "Command (from the repository root):",
         "",
@@ -77,7 +80,7 @@ def systems(r: dict[str, Any]) -> list[str]:
     lines += _table(["id", "system", "stores in"], rows)
     for item in r["skipped"]:
         lines.append(f"\n- **Not measured: {item['what']}** ({item['reason']}).")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def w1(r: dict[str, Any]) -> list[str]:
@@ -85,7 +88,8 @@ def w1(r: dict[str, Any]) -> list[str]:
     lines = [
         "## W1: one turn as the stored history grows",
         "",
-        "A turn is save user message, save answer, fetch (ms, median over the turns; p90 in brackets).",
+        "A turn is save user message, save answer, fetch "
+        "(ms, median over the turns; p90 in brackets).",
         "",
     ]
     rows = []
@@ -105,7 +109,8 @@ def w1(r: dict[str, Any]) -> list[str]:
     )
     lines += [
         "",
-        "Per step (median ms at each N: save user / save answer / fetch; LangChain: save_context / load):",
+        "Per step (median ms at each N: save user / save answer / fetch; "
+        "LangChain: save_context / load):",
         "",
     ]
     rows = []
@@ -113,7 +118,7 @@ def w1(r: dict[str, Any]) -> list[str]:
         if "W1" in v:
             rows.append([_label(r, sid), *[_steps(v["W1"].get(str(n))) for n in sizes]])
     lines += _table(["system", *[f"N={n:,}" for n in sizes]], rows)
-    return lines + ["", "![W1](w1_turn.png)", ""] + ratios(r)
+    return [*lines, "", "![W1](w1_turn.png)", "", *ratios(r)]
 
 
 def _steps(d: dict[str, Any] | None) -> str:
@@ -126,15 +131,16 @@ def _steps(d: dict[str, Any] | None) -> str:
 def ratios(r: dict[str, Any]) -> list[str]:
     sizes = r["params"]["sizes"]
     lines = [
-        "### Ratios per turn against each baseline (baseline / squad_memory; >1: squad_memory is faster)",
+        "### Ratios per turn against each baseline "
+        "(baseline / squad_memory; >1: squad_memory is faster)",
         "",
     ]
     rows = []
     for sid in SM:
         if sid not in r["systems"] or "W1" not in r["systems"][sid]:
             continue
-        floor = "floor-postgresql" if "postgresql" in sid else "floor-sqlite"
-        for base, name in (*BASELINES, (floor, "bare Django ORM")):
+        orm = "orm-postgresql" if "postgresql" in sid else "orm-sqlite"
+        for base, name in (*BASELINES, (orm, "bare Django ORM")):
             cells = []
             for n in sizes:
                 mine = r["systems"][sid]["W1"].get(str(n))
@@ -143,7 +149,27 @@ def ratios(r: dict[str, Any]) -> list[str]:
                     other["turn"]["median"] / mine["turn"]["median"] if mine and other else None
                 )
             rows.append([_label(r, sid), name, *cells])
-    return lines + _table(["squad_memory", "baseline", *[f"N={n:,}" for n in sizes]], rows) + [""]
+    lines += _table(["squad_memory", "baseline", *[f"N={n:,}" for n in sizes]], rows)
+    return [*lines, "", *floor_ratios(r)]
+
+
+def floor_ratios(r: dict[str, Any]) -> list[str]:
+    """Every system's turn / the plain driver's turn on the database it is held against."""
+    sizes = r["params"]["sizes"]
+    lines = [
+        "### Ratio to the floor (system turn / plain driver turn; 1 = the floor)",
+        "",
+        "The floor is psycopg (PostgreSQL systems) or sqlite3 in WAL with `synchronous=NORMAL` "
+        "(every other system) doing the same turn on the same rows: two single-row INSERTs, "
+        f"each committed, then one SELECT of the slot's newest {2 * TRIGGER_AT} rows decoded "
+        "into dicts, no thread hop.",
+        "",
+    ]
+    rows = [
+        [_label(r, sid), FLOORS[database_of(sid)], *per.values()]
+        for sid, per in to_floor(r).items()
+    ]
+    return [*lines, *_table(["system", "floor", *[f"N={n:,}" for n in sizes]], rows), ""]
 
 
 def w2(r: dict[str, Any]) -> list[str]:
@@ -151,7 +177,8 @@ def w2(r: dict[str, Any]) -> list[str]:
     lines = [
         "## W2: fetch_chat on an active buffer as N grows",
         "",
-        "ms, median (p90). The floor selects one row; LangChain loads its memory variables.",
+        "ms, median (p90). The floor selects the newest 40 rows, the bare ORM one row; "
+        "LangChain loads its memory variables.",
         "",
     ]
     rows = []
@@ -176,8 +203,8 @@ def w3(r: dict[str, Any]) -> list[str]:
         "## W3: critical-path latency per turn",
         "",
         f"{p['latency_turns']} turns from an empty slot, summarizer sleeping {p['slow_sleep']} s, "
-        f"trigger_at 20, keep_last 2; an untimed pause of {p['think_s']} s between turns stands for "
-        "the agent answering. ms.",
+        f"trigger_at 20, keep_last 2; an untimed pause of {p['think_s']} s between turns "
+        "stands for the agent answering. ms.",
         "",
     ]
     rows = []

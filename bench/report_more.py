@@ -17,7 +17,8 @@ def w4(r: dict[str, Any]) -> list[str]:
     lines = [
         "## W4: SQL statements per operation (squad_memory)",
         "",
-        "Counted with `CaptureQueriesContext`, BEGIN/COMMIT/savepoints left out; inline mode, sync API.",
+        "Counted with `CaptureQueriesContext`, BEGIN/COMMIT/savepoints left out; "
+        "inline mode, sync API.",
         "",
     ]
     columns = [(db, n) for db, per in r["W4"].items() for n in per]
@@ -33,7 +34,8 @@ def saves(r: dict[str, Any]) -> list[str]:
     lines = [
         "## A save through the wrapper against a bare ORM insert",
         "",
-        "Sync API, same process and connection, alternating, on an active buffer (ms, median / p90).",
+        "Sync API, same process and connection, alternating, on an active buffer "
+        "(ms, median / p90).",
         "",
     ]
     rows = []
@@ -75,7 +77,9 @@ def w5(r: dict[str, Any]) -> list[str]:
         "",
         f"Messages stored per second, all writers together, over {r['params']['duration_s']} s. "
         "Each writer is a process with its own connection saving message pairs with "
-        "`save_chat_messages_sync` (inline mode, summarizer sleep 0); the floor inserts rows one by one.",
+        "`save_chat_messages_sync` (inline mode, summarizer sleep 0); the bare ORM inserts rows "
+        "one by one. The PgBouncer row: the same writers connected through a PgBouncer "
+        "(transaction pooling, `DISABLE_SERVER_SIDE_CURSORS`) the run starts on a free port.",
         "",
     ]
     counts = sorted({int(w) for per in r["W5"].values() for w in per})
@@ -94,7 +98,11 @@ def w5(r: dict[str, Any]) -> list[str]:
         *[f"{w} writer(s)" for w in counts],
         *[f"x{w} / x{counts[0]}" for w in counts[1:]],
     ]
-    return lines + _table(head, rows) + ["", "![W5](w5_throughput.png)", ""]
+    bouncer = r.get("W5_pgbouncer", {}).get("error")
+    failed = []
+    if bouncer:
+        failed = [f"**Through PgBouncer the writers failed:** `{bouncer[-600:]}`", ""]
+    return [*lines, *_table(head, rows), "", *failed, "![W5](w5_throughput.png)", ""]
 
 
 def w6(r: dict[str, Any]) -> list[str]:
@@ -112,7 +120,10 @@ def w6(r: dict[str, Any]) -> list[str]:
         "",
     ]
     rows = []
-    named = (("squad_memory inline", w["squad_memory"]), ("agent-squad wrapper (InMemory)", w["agent_squad"]))
+    named = (
+        ("squad_memory inline", w["squad_memory"]),
+        ("agent-squad wrapper (InMemory)", w["agent_squad"]),
+    )
     for name, d in named:
         grown = d["peak_rss_mb"] - d["rss_before_mb"]
         rows.append([name, d["rss_before_mb"], d["peak_rss_mb"], d["rss_after_mb"], grown])
@@ -126,6 +137,32 @@ def w6(r: dict[str, Any]) -> list[str]:
         "",
         f"Peak RSS, agent-squad / squad_memory: {_f(ratio)}x; growth while serving the slots: "
         f"{_f(growth[0])} MB against {_f(growth[1])} MB.",
+        "",
+        *log_bytes(w),
+    ]
+
+
+def log_bytes(w: dict[str, Any]) -> list[str]:
+    """The compression log's size against the raw history's, after one compression a slot."""
+    fill = w.get("fill", {})
+    if not fill.get("raw_bytes"):
+        return []
+    mb = 1024 * 1024
+    rows = [
+        ["compression log", fill["log_rows"], fill["log_bytes"] / mb, fill.get("log_table_bytes")],
+        ["raw messages", fill["raw_rows"], fill["raw_bytes"] / mb, fill.get("raw_table_bytes")],
+    ]
+    rows = [[*row[:3], row[3] / mb if row[3] else None] for row in rows]
+    return [
+        "### Compression log against raw messages",
+        "",
+        f"Each slot filled in bulk, then activated by one `fetch_chat` (one compression each, "
+        f"{_f(fill['activate_s'])} s for all). Bytes: every column's value as text, summed over "
+        "the run's rows; the table size is the whole table on disk (all runs, indexes, TOAST).",
+        "",
+        *_table(["", "rows", "MB (the run's rows)", "table size MB"], rows),
+        "",
+        f"Log bytes / raw bytes: {_f(fill['log_bytes'] / fill['raw_bytes'])}.",
         "",
     ]
 
@@ -145,22 +182,29 @@ def method(r: dict[str, Any]) -> list[str]:
         "## Method",
         "",
         "- Every system runs the same conversation with the same fake summarizer "
-        "(`bench/summarizer.py`): deterministic, keeps the last `keep_last` pairs and folds the rest "
-        "into one summary message, after a configurable sleep (0 s except in W3). LangChain gets it as a "
-        "`FakeListLLM` subclass that sleeps the same time and counts tokens as characters / 4 (no tokenizer).",
-        "- trigger_at 20 pairs, keep_last 2 everywhere; LangChain's `max_token_limit` is the token count of 40 "
-        "messages of the conversation. No `max_history_size` is passed (with the orchestrator's default of 100, "
-        "agent-squad's InMemory store would keep only 100 messages).",
-        "- Histories are pre-filled in bulk (ORM `bulk_create`, `executemany` into libsql's table, LangChain's "
-        "`add_messages`), then the buffer is activated by one fetch (one compression), before timing. Each "
-        "system and N runs one untimed warm-up turn.",
-        f"- W1: {p['turns']} timed turns per N, each system and N capped at {p['cap_s']:.0f} s (a capped row says how "
-        f"many turns it got). W2: {p['fetches']} `fetch_chat` calls per N after W1, once nothing is pending.",
-        "- squad_memory and agent-squad are driven through the async `ChatStorage` contract, as agent-squad's "
-        "orchestrator does; the bare ORM floor through `sync_to_async` for the same reason. Each system runs "
-        "in a fresh process; Celery mode uses a real `celery -A project worker` (concurrency 1) on Redis.",
-        "- SQLite files (squad_memory, libsql, LangChain) live on the same disk; PostgreSQL runs with its "
-        "default durability (fsync, synchronous_commit on), so commit flushes weigh on every database-backed "
-        "figure. Other processes were running on the machine: see the load average above.",
+        "(`bench/summarizer.py`): deterministic, keeps the last `keep_last` pairs and folds "
+        "the rest into one summary message, after a configurable sleep (0 s except in W3). "
+        "LangChain gets it as a `FakeListLLM` subclass that sleeps the same time and counts "
+        "tokens as characters / 4 (no tokenizer).",
+        "- trigger_at 20 pairs, keep_last 2 everywhere; LangChain's `max_token_limit` is the "
+        "token count of 40 messages of the conversation. No `max_history_size` is passed "
+        "(with the orchestrator's default of 100, agent-squad's InMemory store would keep "
+        "only 100 messages).",
+        "- Histories are pre-filled in bulk (ORM `bulk_create`, `executemany` into libsql's "
+        "and the floor's tables, LangChain's `add_messages`), then the buffer is activated "
+        "by one fetch (one compression), before timing. Each system and N runs one untimed "
+        "warm-up turn.",
+        f"- W1: {p['turns']} timed turns per N, each system and N capped at {p['cap_s']:.0f} s "
+        f"(a capped row says how many turns it got). W2: {p['fetches']} `fetch_chat` calls "
+        "per N after W1, once nothing is pending.",
+        "- squad_memory and agent-squad are driven through the async `ChatStorage` contract, "
+        "as agent-squad's orchestrator does; the bare ORM through `sync_to_async` for the "
+        "same reason; the floor calls its driver directly (no thread hop). Each system runs "
+        "in a fresh process; Celery mode uses a real `python -m celery -A project worker` "
+        "(concurrency 1) on Redis.",
+        "- SQLite files (squad_memory, the floor, libsql, LangChain) live on the same disk; "
+        "PostgreSQL runs with its default durability (fsync, synchronous_commit on), so "
+        "commit flushes weigh on every database-backed figure. Other processes were running "
+        "on the machine: see the load average above.",
         "",
     ]

@@ -42,7 +42,7 @@ class AgentSquadInMemory(ChatStorageSystem):
 
 
 class AgentSquadLibsql(AgentSquadInMemory):
-    """agent-squad's ``SummarizingChatStorage`` over its ``SqlChatStorage`` on a local libsql file."""
+    """agent-squad's ``SummarizingChatStorage`` over its ``SqlChatStorage`` (a libsql file)."""
 
     name = "agent-squad-libsql"
     label = "agent-squad wrapper (libsql)"

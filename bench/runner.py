@@ -64,8 +64,8 @@ class Runner:
         print(f"  skipped {what}: {reason}", flush=True)
 
     # -- steps -------------------------------------------------------------------------
-    def step(self, spec: dict[str, Any], database: str) -> dict[str, Any]:
-        """Run one step in a fresh process; its JSON result."""
+    def step(self, spec: dict[str, Any], database: str, **env: str) -> dict[str, Any]:
+        """Run one step in a fresh process (``env`` added to its environment); its JSON result."""
         tag = f"{spec['kind']}-{spec.get('system', '')}-{database}"
         spec = dict(spec, work=str(self.work), params=self.params)
         spec.setdefault("run", f"{self.run_id}-{tag}")
@@ -76,7 +76,7 @@ class Runner:
         proc = subprocess.run(
             [sys.executable, "-m", "bench.child", str(spec_path)],
             cwd=services.ROOT,
-            env=self.env(database),
+            env=self.env(database, **env),
             capture_output=True,
             text=True,
         )
@@ -117,6 +117,28 @@ class Runner:
             self.skip("W5", "multi-writer throughput runs on PostgreSQL only")
             return
         self.results["W5"] = self.step({"kind": "throughput", "system": "sm"}, "postgresql")["W5"]
+        self.throughput_pgbouncer()
+
+    def throughput_pgbouncer(self) -> None:
+        """W5 on different slots again, every writer connected through PgBouncer."""
+        from bench import pgbouncer
+        from bench.targets import PGBOUNCER_TARGET
+
+        if pgbouncer.binary() is None:
+            self.skip(
+                "W5 through PgBouncer", "pgbouncer is not installed (apt-get install -y pgbouncer)"
+            )
+            return
+        spec = {"kind": "throughput", "system": "sm-pgbouncer", "targets": [PGBOUNCER_TARGET]}
+        try:
+            with pgbouncer.PgBouncer(services.PG_URL) as bouncer:
+                out = self.step(spec, "postgresql", DATABASE_URL=bouncer.url, BENCH_PGBOUNCER="1")
+        except (pgbouncer.PgBouncerError, RuntimeError) as exc:
+            self.results["W5_pgbouncer"] = {"error": str(exc)[-2000:]}
+            print(f"  W5 through PgBouncer failed: {str(exc)[-2000:]}", flush=True)
+            return
+        self.results["W5"].update(out["W5"])
+        self.results["W5_pgbouncer"] = {"error": None, "pool_mode": "transaction"}
 
     def memory(self) -> None:
         database = "postgresql" if "postgresql" in self.databases else "sqlite"

@@ -70,7 +70,7 @@ def migrate(*envs: dict[str, str]) -> None:
 
 
 class Worker:
-    """A real ``celery -A project worker`` process on the benchmark's broker."""
+    """A real ``python -m celery -A project worker`` process on the benchmark's broker."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
         self.env, self.log = env, log
@@ -80,9 +80,10 @@ class Worker:
         import redis as redis_lib
 
         redis_lib.Redis.from_url(REDIS_URL).flushdb()  # the benchmark's own database only
-        celery = str(Path(sys.executable).with_name("celery"))
-        cmd = [
-            celery,
+        cmd = [  # this interpreter's Celery, whatever a venv's ``celery`` script points to
+            sys.executable,
+            "-m",
+            "celery",
             "-A",
             "project",
             "worker",

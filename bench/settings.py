@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import os
+
 from project.settings import *  # noqa: F403
 
 DEBUG = False
@@ -14,3 +16,6 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"squad_memory": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+if os.environ.get("BENCH_PGBOUNCER") == "1":  # through PgBouncer in transaction pooling mode
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True  # noqa: F405

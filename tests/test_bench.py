@@ -112,3 +112,27 @@ def test_results_readme_and_plots_are_written(quick_run: dict[str, Any]) -> None
     assert "python -m bench --quick" in readme
     for plot in ("w1_turn.png", "w3_latency.png", "w5_throughput.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
+
+
+def test_floor_ratios_log_bytes_and_pgbouncer_are_reported(quick_run: dict[str, Any]) -> None:
+    from bench import pgbouncer
+    from bench.ratios import to_floor
+    from bench.targets import PGBOUNCER_TARGET, evaluate
+
+    _expected_systems()
+    ratios = to_floor(quick_run)
+    for sid in ("sm-inline-sqlite", "sm-inline-postgresql", "as-libsql"):
+        assert all(_is_figure(r) for r in ratios[sid].values()), sid
+    assert all(r == 1.0 for r in ratios["floor-postgresql"].values())
+    fill = quick_run["W6"]["fill"]
+    assert fill["raw_rows"] == QUICK["slots"] * 42 and fill["raw_bytes"] > 0
+    assert fill["log_rows"] >= QUICK["slots"] and fill["log_bytes"] > 0
+    judged = {row["target"] for row in evaluate(quick_run)}
+    for words in ("plain driver", "libsql", "bare ORM insert", "log bytes", "within 1.3x"):
+        assert any(words in target for target in judged), words
+    readme = (quick_run["_out"] / "README.md").read_text()
+    assert "### Ratio to the floor" in readme and "### Compression log" in readme
+    require(pgbouncer.binary() is not None, "the W5 PgBouncer rounds need pgbouncer installed")
+    assert quick_run["W5_pgbouncer"]["error"] is None, quick_run["W5_pgbouncer"]
+    per = quick_run["W5"][PGBOUNCER_TARGET]
+    assert set(per) == {str(w) for w in QUICK["writers"]} and all(v > 0 for v in per.values())
