@@ -2,57 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connections
 
 import squad_memory
 from squad_memory.models import Message, Slot
-from tests.conftest import msg, require
+from tests.browser_support import ARTIFACTS, browser_fixture  # noqa: F401
+from tests.conftest import msg
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 T0 = 1_700_000_000_000
-
-
-@pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    chromium = str(CHROMIUM)
-    require(
-        Path(chromium).exists(), f"Chromium is not installed ({CHROMIUM}); apt-get install chromium"
-    )
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        require(False, "the playwright Python package is not installed (pip install playwright)")
-    # Playwright's sync API keeps an event loop on this thread; the ORM calls made here
-    # between browser steps are plain synchronous ones.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-            # ORM calls made while Playwright's loop runs get their own connections
-            # (asgiref's context-local storage); close them, or they block the test
-            # database's teardown on PostgreSQL.
-            connections.close_all()
 
 
 def long_active_slot() -> Slot:
