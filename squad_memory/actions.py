@@ -14,11 +14,13 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from squad_memory import __version__, buffer, get_storage
 from squad_memory.exceptions import SquadMemoryError
 from squad_memory.models import DJANGO_NAMESPACE, Compression, Message, Slot
 from squad_memory.storage import SummarizingChatStorage
+from squad_memory.summarizers import is_summary
 
 #: Rows fetched per round trip while exporting a long history.
 EXPORT_CHUNK = 2000
@@ -111,8 +113,8 @@ def _describe(slot: Slot, outcome: buffer.Outcome | None) -> Result:
         return Result(
             slot,
             True,
-            _("%(slot)s: summarized; the buffer now starts with %(n)d summary messages.")
-            % {"slot": slot, "n": len(outcome.output or [])},
+            _("%(slot)s: summarized; the buffer now starts with %(head)s.")
+            % {"slot": slot, "head": _head_words(outcome.output or [])},
         )
     if outcome.error is not None:
         return Result(
@@ -124,6 +126,23 @@ def _describe(slot: Slot, outcome: buffer.Outcome | None) -> Result:
     return Result(
         slot, False, _("%(slot)s: the buffer moved on meanwhile; nothing applied.") % {"slot": slot}
     )
+
+
+def _head_words(output: list[Any]) -> str:
+    """'one summary plus 5 recent messages' for a summarizer's output."""
+    summaries = sum(1 for message in output if is_summary(message))
+    recent = len(output) - summaries
+    head = (
+        _("one summary")
+        if summaries == 1
+        else ngettext("%(n)d summary message", "%(n)d summary messages", summaries)
+        % {"n": summaries}
+    )
+    if not recent:
+        return head
+    return head + ngettext(" plus %(n)d recent message", " plus %(n)d recent messages", recent) % {
+        "n": recent
+    }
 
 
 def reset(slot: Slot) -> Result:
