@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from agent_squad.orchestrator import AgentSquad
 from asgiref.sync import sync_to_async
+from celery.app import defaults as celery_defaults
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core import checks
@@ -161,6 +162,7 @@ def test_fragment_runs_as_written(
         check_rest_framework(namespace["REST_FRAMEWORK"])
     if "SPECTACULAR_SETTINGS" in namespace:
         check_docs_offline(namespace["SPECTACULAR_SETTINGS"])
+    check_celery_settings({k: v for k, v in namespace.items() if k.startswith("CELERY_")})
     for name in ("storage", "orchestrator"):
         if name in namespace:
             wanted = SummarizingChatStorage if name == "storage" else AgentSquad
@@ -177,6 +179,16 @@ def check_squad_memory_settings(value: dict[str, Any]) -> None:
         assert not [p for p in problems if p.level >= checks.ERROR], problems
         storage = squad_memory.get_storage()
         assert storage.mode == value.get("MODE", "inline")
+
+
+def check_celery_settings(values: dict[str, Any]) -> None:
+    """Each CELERY_* name is a Celery setting (config_from_object's CELERY namespace)."""
+    for name, value in values.items():
+        option = celery_defaults.find(name.removeprefix("CELERY_").lower())
+        assert option.key, name
+        if name == "CELERY_BEAT_SCHEDULE":
+            tasks = {entry["task"] for entry in value.values()}
+            assert tasks <= {"squad_memory.tasks.sweep", "squad_memory.tasks.summarize_slot"}
 
 
 def check_installed_apps(apps: list[str]) -> None:
