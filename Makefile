@@ -3,18 +3,28 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test test-sqlite test-postgres test-django6 bench bench-quick lint clean
+.PHONY: install install-demo demo test test-sqlite test-postgres test-django6 bench bench-quick lint clean
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+
+## What the demo needs only (requirements.txt).
+$(VENV)/.installed-demo: requirements.txt pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@
 
-install: $(VENV)/.installed
+## The tests, benchmarks and linters on top (requirements-dev.txt includes requirements.txt).
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $@
+
+install-demo: $(VENV)/.installed-demo
+
+install: $(VENV)/.installed-dev
 
 ## The demo: SQLite, inline summarization, offline summarizer; serves on 127.0.0.1:8000.
-demo: install
+demo: install-demo
 	$(BIN)/python manage.py demo
 
 ## Every test pass CI runs (SQLite, PostgreSQL, Django 6.1 on Python 3.12).

@@ -74,9 +74,10 @@ if want django6; then
     missing "Python 3.12 was not found (set PYTHON312): the Django 6.1 pass did not run"
   else
     V6=.venv-django6
-    if [[ ! -f $V6/.installed || requirements.txt -nt $V6/.installed ]]; then
+    if [[ ! -f $V6/.installed || requirements.txt -nt $V6/.installed \
+          || requirements-dev.txt -nt $V6/.installed || pyproject.toml -nt $V6/.installed ]]; then
       "$PY312" -m venv $V6 && $V6/bin/pip install -q --upgrade pip \
-        && $V6/bin/pip install -q -r requirements.txt "Django>=6.1,<6.2" && touch $V6/.installed \
+        && $V6/bin/pip install -q -r requirements-dev.txt "Django>=6.1,<6.2" && touch $V6/.installed \
         || { echo "FAILED: could not install the Django 6.1 environment" >&2; failed=1; }
     fi
     if [[ -f $V6/.installed ]]; then

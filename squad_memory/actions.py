@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from squad_memory import __version__, buffer, compression
 from squad_memory.exceptions import SquadMemoryError
 from squad_memory.models import DJANGO_NAMESPACE, Compression, Message, Outcome, Slot
 from squad_memory.storage import get_storage
 from squad_memory.storage.orm import slot_key
+from squad_memory.summarizers import is_summary
 
 #: Rows fetched per round trip while exporting a long history.
 EXPORT_CHUNK = 2000
@@ -93,16 +95,27 @@ def summarize(slot: Slot) -> Result:
 
 #: What an operator reads for each outcome, and whether it counts as success.
 _WORDS: dict[str, tuple[bool, Any]] = {
-    Outcome.QUEUED: (True, _("%(slot)s: the compression was queued for a worker.")),
-    Outcome.ALREADY_PENDING: (True, _("%(slot)s: a compression is queued or already running.")),
-    Outcome.DEFERRED: (True, _("%(slot)s: the compression runs when the transaction commits.")),
+    Outcome.QUEUED: (True, gettext_lazy("%(slot)s: the compression was queued for a worker.")),
+    Outcome.ALREADY_PENDING: (
+        True,
+        gettext_lazy("%(slot)s: a compression is queued or already running."),
+    ),
+    Outcome.DEFERRED: (
+        True,
+        gettext_lazy("%(slot)s: the compression runs when the transaction commits."),
+    ),
     Outcome.NOT_QUEUED: (
         False,
-        _("%(slot)s: the compression could not be queued (%(detail)s); try again later."),
+        gettext_lazy(
+            "%(slot)s: the compression could not be queued (%(detail)s); try again later."
+        ),
     ),
-    Outcome.STALE: (False, _("%(slot)s: the buffer moved on meanwhile; nothing applied.")),
-    Outcome.SKIPPED: (False, _("%(slot)s: nothing to compress.")),
-    Outcome.FAILED: (False, _("%(slot)s: the summarizer failed: %(error)s")),
+    Outcome.STALE: (
+        False,
+        gettext_lazy("%(slot)s: the buffer moved on meanwhile; nothing applied."),
+    ),
+    Outcome.SKIPPED: (False, gettext_lazy("%(slot)s: nothing to compress.")),
+    Outcome.FAILED: (False, gettext_lazy("%(slot)s: the summarizer failed: %(error)s")),
 }
 
 
@@ -111,12 +124,29 @@ def _describe(slot: Slot, result: compression.Result) -> Result:
         return Result(
             slot,
             True,
-            _("%(slot)s: summarized; the buffer now starts with %(n)d summary messages.")
-            % {"slot": slot, "n": len(result.output or [])},
+            _("%(slot)s: summarized; the buffer now starts with %(head)s.")
+            % {"slot": slot, "head": _head_words(result.output or [])},
         )
     ok, words = _WORDS[result.outcome]
     values = {"slot": slot, "error": result.error, "detail": result.detail}
-    return Result(slot, ok, words % values)
+    return Result(slot, ok, str(words) % values)
+
+
+def _head_words(output: list[Any]) -> str:
+    """'one summary plus 5 recent messages' for a summarizer's output."""
+    summaries = sum(1 for message in output if is_summary(message))
+    recent = len(output) - summaries
+    head = (
+        _("one summary")
+        if summaries == 1
+        else ngettext("%(n)d summary message", "%(n)d summary messages", summaries)
+        % {"n": summaries}
+    )
+    if not recent:
+        return head
+    return head + ngettext(" plus %(n)d recent message", " plus %(n)d recent messages", recent) % {
+        "n": recent
+    }
 
 
 def reset(slot: Slot) -> Result:

@@ -407,6 +407,9 @@ def test_summarize_now_asks_then_compresses(admin_client: Client) -> None:
     assert "summarized" in done.content.decode()
     fetched = texts(squad_memory.get_storage().fetch_chat_sync("u", "s", "a"))
     assert fetched[0].startswith("[Summary]") and fetched[-4:] == ["q17", "a18", "q19", "a20"]
+    assert f"starts with one summary plus {len(fetched) - 1} recent messages." in (
+        done.content.decode()
+    )
 
 
 def test_reset_buffer_deactivates_and_keeps_the_raw_history(admin_client: Client) -> None:

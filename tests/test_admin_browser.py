@@ -2,57 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connections
 
 import squad_memory
 from squad_memory.models import Message, Slot
-from tests.conftest import msg, require
+from tests.browser_support import ARTIFACTS, browser_fixture  # noqa: F401
+from tests.conftest import msg
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 T0 = 1_700_000_000_000
-
-
-@pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    chromium = str(CHROMIUM)
-    require(
-        Path(chromium).exists(), f"Chromium is not installed ({CHROMIUM}); apt-get install chromium"
-    )
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        require(False, "the playwright Python package is not installed (pip install playwright)")
-    # Playwright's sync API keeps an event loop on this thread; the ORM calls made here
-    # between browser steps are plain synchronous ones.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-            # ORM calls made while Playwright's loop runs get their own connections
-            # (asgiref's context-local storage); close them, or they block the test
-            # database's teardown on PostgreSQL.
-            connections.close_all()
 
 
 def long_active_slot() -> Slot:
@@ -117,7 +79,8 @@ def test_operator_reads_a_slot_and_summarizes_it(browser: Any, live_server: Any)
     page.wait_for_selector(".sm-confirm")
     page.click("input[name=confirm]")
     page.wait_for_selector("#buffer .sm-summary")
-    assert "summarized" in page.locator(".messagelist").inner_text()
+    notice = page.locator(".messagelist").inner_text()
+    assert "summarized; the buffer now starts with one summary plus" in notice
     after = page.locator("#buffer .sm-summary").inner_text()
     assert after != before and "covering raw messages up to #240" in after
     assert page.locator("#buffer > .sm-messages .sm-msg").count() == 0
@@ -125,3 +88,57 @@ def test_operator_reads_a_slot_and_summarizes_it(browser: Any, live_server: Any)
     page.screenshot(path=str(ARTIFACTS / "admin-slot-page-after-summarize.png"), full_page=True)
     slot.refresh_from_db()
     assert slot.covered_seq == 240 and slot.version == 2
+
+
+CONTRAST = """el => {
+    const rgb = s => s.match(/[\\d.]+/g).slice(0, 3).map(Number);
+    const lum = c => {
+        const linear = v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+        const [r, g, b] = c.map(v => linear(v / 255));
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    };
+    const style = getComputedStyle(el);
+    const [a, b] = [lum(rgb(style.color)), lum(rgb(style.backgroundColor))].sort((x, y) => y - x);
+    return (a + 0.05) / (b + 0.05);
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_slot_page_reads_well_at_1400px_in_light_and_dark(
+    browser: Any, live_server: Any, scheme: str
+) -> None:
+    User.objects.create_superuser("operator", "op@example.com", "secret-pw")
+    slot = long_active_slot()
+    ARTIFACTS.mkdir(exist_ok=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, color_scheme=scheme)
+    page = context.new_page()
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/squad_memory/slot/{slot.pk}/change/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "secret-pw")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#raw-history")
+    dark = page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches")
+    assert dark == (scheme == "dark")
+
+    # The transcript comes before the slot's bookkeeping fields.
+    transcript_top = page.locator("#raw-history").bounding_box()["y"]
+    form_top = page.locator("#slot_form fieldset").first.bounding_box()["y"]
+    assert transcript_top < form_top
+
+    # The badges are readable on their background (WCAG AA for text: 4.5).
+    for badge in ("#raw-history .sm-msg .sm-badge-covered", ".sm-legend .sm-badge-trimmed"):
+        ratio = page.locator(badge).first.evaluate(CONTRAST)
+        assert ratio >= 4.5, (scheme, badge, ratio)
+
+    # The compression log fits: its outcome column is on screen, and an opened
+    # before/after does not make the page scroll sideways.
+    page.screenshot(path=str(ARTIFACTS / f"admin-slot-page-{scheme}.png"), full_page=True)
+    outcome = page.locator("#compression-log th", has_text="outcome").bounding_box()
+    assert outcome["x"] + outcome["width"] <= 1400
+    page.locator("#compression-log details summary").first.click()
+    assert page.locator("#compression-log .sm-before-after").first.is_visible()
+    page.locator("#compression-log").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / f"admin-compression-log-{scheme}.png"))
+    width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], width
+    context.close()

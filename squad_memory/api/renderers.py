@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rest_framework.renderers import JSONRenderer
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 
 
 class SafeJSONRenderer(JSONRenderer):
@@ -29,3 +29,12 @@ class SafeJSONRenderer(JSONRenderer):
 
 class _AsciiJSONRenderer(JSONRenderer):
     ensure_ascii = True
+
+
+class JSONFirstBrowsableAPIRenderer(BrowsableAPIRenderer):
+    """DRF's browsable API, for a browser that asks for ``text/html``.
+
+    Listed after the JSON renderer, so a client that sends no ``Accept`` header, or
+    ``*/*``, or ``application/json``, gets JSON; a browser logged in through the admin
+    (a session) gets the HTML page, with forms for the endpoints it may post to.
+    """

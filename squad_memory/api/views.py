@@ -24,7 +24,7 @@ from squad_memory.api import access, schema
 from squad_memory.api.pagination import MessageCursorPagination, SlotCursorPagination
 from squad_memory.api.parsers import LimitedJSONParser
 from squad_memory.api.permissions import MANAGE_PERMISSION, POST_PERMISSION, SlotAccess
-from squad_memory.api.renderers import SafeJSONRenderer
+from squad_memory.api.renderers import JSONFirstBrowsableAPIRenderer, SafeJSONRenderer
 from squad_memory.api.serializers import (
     BufferQuerySerializer,
     BufferSerializer,
@@ -120,7 +120,7 @@ def user_id_param(request: Request, given: str | None) -> str:
 class ApiMixin(APIView):
     permission_classes = [SlotAccess]
     parser_classes = [LimitedJSONParser]
-    renderer_classes = [SafeJSONRenderer]
+    renderer_classes = [SafeJSONRenderer, JSONFirstBrowsableAPIRenderer]
 
 
 @extend_schema_view(

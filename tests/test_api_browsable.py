@@ -1,0 +1,64 @@
+"""A logged-in browser gets DRF's browsable API; API clients keep getting JSON."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from squad_memory.models import Message
+from tests.api_support import Users, client_for, fill
+
+pytest_plugins = ["tests.api_fixtures"]
+
+pytestmark = pytest.mark.django_db
+
+HTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"  # Chromium's
+
+
+def browser_for(users: Users) -> Client:
+    client = Client()
+    client.force_login(users.owner)  # a session, as after the admin's login page
+    return client
+
+
+def test_a_logged_in_browser_gets_the_browsable_api(users: Users) -> None:
+    slot = fill(users.owner, 3)
+    browser = browser_for(users)
+    for path in (
+        "/api/slots/",
+        f"/api/slots/{slot.pk}/",
+        f"/api/slots/{slot.pk}/messages/",
+        f"/api/slots/{slot.pk}/buffer/",
+        "/api/sessions/s1/history/",
+    ):
+        reply = browser.get(path, HTTP_ACCEPT=HTML)
+        assert reply.status_code == 200, (path, reply.status_code)
+        assert reply["Content-Type"].startswith("text/html"), path
+        body = reply.content.decode()
+        assert "rest_framework/js/" in body and "response-info" in body, path
+    page = browser.get(f"/api/slots/{slot.pk}/messages/", HTTP_ACCEPT=HTML).content.decode()
+    assert "m0" in page and "&quot;seq&quot;" in page  # the JSON, shown in the page
+
+
+def test_the_browsable_api_escapes_what_a_message_holds(users: Users) -> None:
+    slot = fill(users.owner, 1)
+    Message.objects.filter(slot=slot).update(content=[{"text": "<script>alert(1)</script>"}])
+    page = browser_for(users).get(f"/api/slots/{slot.pk}/messages/", HTTP_ACCEPT=HTML)
+    assert "<script>alert(1)</script>" not in page.content.decode()
+
+
+@pytest.mark.parametrize("accept", [None, "*/*", "application/json"])
+def test_api_clients_get_json(users: Users, accept: str | None) -> None:
+    fill(users.owner, 2)
+    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
+    for client in (client_for(users.owner), browser_for(users)):
+        reply = client.get("/api/slots/", **headers)
+        assert reply.status_code == 200
+        assert reply["Content-Type"] == "application/json"
+        assert reply.json()["results"][0]["session_id"] == "s1"
+
+
+def test_an_anonymous_browser_is_refused_in_html(users: Users) -> None:
+    reply = Client().get("/api/slots/", HTTP_ACCEPT=HTML)
+    assert reply.status_code == 401 and reply["Content-Type"].startswith("text/html")
+    assert Client().get("/api/slots/").json()["detail"]

@@ -1,0 +1,65 @@
+"""The API docs (Swagger UI and ReDoc) work with no internet: everything is served locally."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from django.test import Client
+
+from tests.browser_support import (
+    ARTIFACTS,
+    COSMETIC_HOSTS,
+    block_the_network,
+    browser_fixture,  # noqa: F401
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
+
+
+def schema_operations() -> list[tuple[str, str]]:
+    """(METHOD, path) of every operation in the OpenAPI schema the docs pages load."""
+    reply = Client().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert reply.status_code == 200
+    methods = {"get", "post", "put", "patch", "delete"}
+    return [
+        (method.upper(), path)
+        for path, item in reply.json()["paths"].items()
+        for method in item
+        if method in methods
+    ]
+
+
+def test_swagger_ui_lists_every_operation_offline(browser: Any, live_server: Any) -> None:
+    operations = schema_operations()
+    assert len(operations) >= 8
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    aborted = block_the_network(page)
+    page.goto(f"{live_server.url}/api/docs/")
+    page.wait_for_selector(".opblock-summary", timeout=15_000)
+    shown = {
+        (
+            block.locator(".opblock-summary-method").inner_text().strip(),
+            block.locator(".opblock-summary-path").inner_text().strip().replace("\u200b", ""),
+        )
+        for block in page.locator(".opblock-summary").all()
+    }
+    assert shown == set(operations)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "api-docs-offline.png"), full_page=False)
+    assert aborted == []  # Swagger UI asks no other host for anything
+
+
+def test_redoc_lists_every_operation_offline(browser: Any, live_server: Any) -> None:
+    operations = schema_operations()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    aborted = block_the_network(page)
+    page.goto(f"{live_server.url}/api/redoc/")
+    page.wait_for_selector("[data-section-id^='operation/']", state="attached", timeout=15_000)
+    sections = page.locator("[data-section-id^='operation/']").count()
+    assert sections == len(operations)
+    assert "/api/slots/{id}/buffer/" in page.content()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "api-redoc-offline.png"), full_page=False)
+    assert not [url for url in aborted if urlsplit(url).hostname not in COSMETIC_HOSTS], aborted
