@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
 from squad_memory.admin.slot_actions import SlotActionsAdmin
+from squad_memory.admin.slot_delete import SlotDeleteAdmin
 from squad_memory.conf import app_settings
 from squad_memory.models import Slot
 
@@ -83,7 +84,7 @@ def _or_default(value: int | None, default: int) -> int:
 
 
 @admin.register(Slot)
-class SlotAdmin(SlotActionsAdmin):
+class SlotAdmin(SlotDeleteAdmin, SlotActionsAdmin):
     """Every conversation, with its raw history and its summary buffer side by side."""
 
     form = SlotForm
@@ -162,11 +163,8 @@ class SlotAdmin(SlotActionsAdmin):
     def state_label(self, slot: Slot) -> str:
         return str(STATE_LABELS[slot.state])
 
-    # -- permissions: slots are created by the storage, and the raw history is an audit record
+    # -- permissions: slots are created by the storage (deleting one is forgetting it)
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Slot | None = None) -> bool:
         return False
 
     def save_model(self, request: HttpRequest, obj: Slot, form: Any, change: bool) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from squad_memory.api.views import SessionHistoryView, SlotViewSet
+from squad_memory.api.views import SessionHistoryView, SessionView, SlotViewSet
 
 app_name = "squad_memory_api"
 
@@ -18,5 +18,6 @@ urlpatterns = [
         SessionHistoryView.as_view(),
         name="session-history",
     ),
+    path("sessions/<path:session_id>/", SessionView.as_view(), name="session"),
     path("", include(router.urls)),
 ]

@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 import squad_memory
 from squad_memory import buffer
 from squad_memory.api import access, schema
+from squad_memory.api.deletion import SessionDeleteMixin, SlotDeleteMixin
 from squad_memory.api.pagination import MessageCursorPagination, SlotCursorPagination
 from squad_memory.api.parsers import LimitedJSONParser
 from squad_memory.api.permissions import MANAGE_PERMISSION, POST_PERMISSION, SlotAccess
@@ -115,6 +116,7 @@ class ApiMixin(APIView):
     ),
 )
 class SlotViewSet(
+    SlotDeleteMixin,
     ApiMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -273,3 +275,24 @@ class SessionHistoryView(ApiMixin, APIView):
             messages = storage().fetch_all_chats_sync(user_id, session_id)
         data = {"user_id": user_id, "session_id": session_id, "messages": as_dicts(messages)}
         return Response(HistorySerializer(data).data)
+
+
+class SessionView(SessionDeleteMixin, ApiMixin, APIView):
+    """``DELETE /sessions/{session_id}/``: every slot of a session of one user."""
+
+    @extend_schema(
+        summary="Delete a session",
+        description="Deletes every agent's slot of the session (the requesting user's, or, "
+        "for staff with the delete permission, ?user_id='s) with its raw messages, summaries "
+        "and compression log; other users' slots of the same session id stay.",
+        parameters=[schema.SESSION_ID, UserQuerySerializer],
+        request=None,
+        responses=schema.errors({204: None}, 400, 401, 403, 404),
+    )
+    def delete(self, request: Request, session_id: str) -> Response:
+        try:
+            check_id(session_id)
+        except ValidationError as exc:
+            raise ValidationError({"session_id": exc.detail}) from exc
+        given = query(UserQuerySerializer, request).get("user_id")
+        return self.delete_session(request, session_id, given, storage().namespace)
