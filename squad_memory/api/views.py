@@ -18,13 +18,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import squad_memory
-from squad_memory import buffer
+from squad_memory import buffer, search
 from squad_memory.api import access, schema
-from squad_memory.api.deletion import SessionDeleteMixin, SlotDeleteMixin
+from squad_memory.api.deletion import SlotDeleteMixin
 from squad_memory.api.pagination import MessageCursorPagination, SlotCursorPagination
 from squad_memory.api.parsers import LimitedJSONParser
 from squad_memory.api.permissions import MANAGE_PERMISSION, POST_PERMISSION, SlotAccess
 from squad_memory.api.renderers import SafeJSONRenderer
+from squad_memory.api.search import MessageFilterSerializer
 from squad_memory.api.serializers import (
     BufferQuerySerializer,
     BufferSerializer,
@@ -146,15 +147,17 @@ class SlotViewSet(
 
     @extend_schema(
         summary="Raw messages of a slot",
-        parameters=[schema.SLOT_ID],
+        parameters=[schema.SLOT_ID, MessageFilterSerializer],
         description="Every accepted message by sequence number, trimmed ones flagged; "
-        "cursor-paginated (no total count).",
+        "cursor-paginated (no total count). ?q= keeps the messages matching the words.",
         responses=schema.errors({200: MessageSerializer(many=True)}, 400, 401, 403, 404),
     )
     @action(detail=True, methods=["get"], pagination_class=MessageCursorPagination)
     def messages(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_object()
         rows: Any = Message.objects.filter(slot_id=slot.pk)  # a queryset of another model
+        if words := query(MessageFilterSerializer, request).get("q"):
+            rows = search.matching(rows, words)
         page = self.paginate_queryset(rows)
         data = MessageSerializer(page, many=True, context={"slot": slot}).data
         return self.get_paginated_response(data)
@@ -275,24 +278,3 @@ class SessionHistoryView(ApiMixin, APIView):
             messages = storage().fetch_all_chats_sync(user_id, session_id)
         data = {"user_id": user_id, "session_id": session_id, "messages": as_dicts(messages)}
         return Response(HistorySerializer(data).data)
-
-
-class SessionView(SessionDeleteMixin, ApiMixin, APIView):
-    """``DELETE /sessions/{session_id}/``: every slot of a session of one user."""
-
-    @extend_schema(
-        summary="Delete a session",
-        description="Deletes every agent's slot of the session (the requesting user's, or, "
-        "for staff with the delete permission, ?user_id='s) with its raw messages, summaries "
-        "and compression log; other users' slots of the same session id stay.",
-        parameters=[schema.SESSION_ID, UserQuerySerializer],
-        request=None,
-        responses=schema.errors({204: None}, 400, 401, 403, 404),
-    )
-    def delete(self, request: Request, session_id: str) -> Response:
-        try:
-            check_id(session_id)
-        except ValidationError as exc:
-            raise ValidationError({"session_id": exc.detail}) from exc
-        given = query(UserQuerySerializer, request).get("user_id")
-        return self.delete_session(request, session_id, given, storage().namespace)
