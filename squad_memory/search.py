@@ -17,8 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.db import connections
-from django.db.models import BooleanField, Q, QuerySet
-from django.db.models.expressions import RawSQL
+from django.db.models import BooleanField, F, Func, Q, QuerySet, Value
 from django.utils.html import escape
 
 from squad_memory.models import Message
@@ -95,6 +94,28 @@ def terms(query: str) -> list[str]:
     return [w for w in words if w and w.lower() != "or"]
 
 
+class TextMatch(Func):
+    """PostgreSQL: ``TSVECTOR(text) @@ websearch_to_tsquery('simple', query)``, the column
+    compiled by the query (so it works in joins and subqueries) and the index's expression."""
+
+    output_field = BooleanField()
+
+    def as_sql(
+        self,
+        compiler: Any,
+        connection: Any,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> Any:
+        column, column_params = compiler.compile(self.source_expressions[0])
+        query, query_params = compiler.compile(self.source_expressions[1])
+        vector = TSVECTOR.format(column=column)
+        sql = f"{vector} @@ websearch_to_tsquery('simple', {query})"
+        return sql, (*column_params, *query_params)
+
+
 def matching(messages: QuerySet[Message], query: str) -> QuerySet[Message]:
     """The messages of ``messages`` whose text matches ``query``.
 
@@ -102,14 +123,7 @@ def matching(messages: QuerySet[Message], query: str) -> QuerySet[Message]:
     ``or``, ``-word``). Elsewhere: every word must occur in the text.
     """
     if connections[messages.db].vendor == "postgresql":
-        table = connections[messages.db].ops.quote_name(Message._meta.db_table)
-        vector = TSVECTOR.format(column=f'{table}."text"')
-        match = RawSQL(
-            f"{vector} @@ websearch_to_tsquery('simple', %s)",
-            [query],
-            output_field=BooleanField(),
-        )
-        return messages.filter(match)
+        return messages.filter(TextMatch(F("text"), Value(query)))
     words = terms(query)
     if not words:
         return messages.none()

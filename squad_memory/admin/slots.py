@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
+from squad_memory.admin.search import SlotSearchAdmin, transcript_search
 from squad_memory.admin.slot_actions import SlotActionsAdmin
 from squad_memory.admin.slot_delete import SlotDeleteAdmin
 from squad_memory.conf import app_settings
@@ -84,7 +85,7 @@ def _or_default(value: int | None, default: int) -> int:
 
 
 @admin.register(Slot)
-class SlotAdmin(SlotDeleteAdmin, SlotActionsAdmin):
+class SlotAdmin(SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAdmin):
     """Every conversation, with its raw history and its summary buffer side by side."""
 
     form = SlotForm
@@ -143,6 +144,8 @@ class SlotAdmin(SlotDeleteAdmin, SlotActionsAdmin):
     buffer_display_limit = 200
     #: Newest compressions shown on the slot page (the full log has its own admin).
     compression_log_limit = 10
+    #: Hits listed by the slot page's search box.
+    search_hit_limit = 50
 
     # -- list ----------------------------------------------------------------------------
     def get_list_display(self, request: HttpRequest) -> list[str | Callable[[Any], str | bool]]:
@@ -203,6 +206,7 @@ class SlotAdmin(SlotDeleteAdmin, SlotActionsAdmin):
             "more_compressions": more,
             "compression_log_url": self._compression_log_url(slot),
             "slot_actions": self.slot_action_links(request, slot),
+            "search": transcript_search(request, slot, self.search_hit_limit),
         }
 
     def _compression_log_url(self, slot: Slot) -> str:
