@@ -126,15 +126,22 @@ def load(messages: int, per_slot: int) -> float:
     return time.perf_counter() - started
 
 
-def search_page(user_id: str | None, query: str) -> int:
-    """What GET /api/search/ does for one page: the query, the rows, the excerpts."""
+def search_page(scope: str, value: Any, query: str) -> int:
+    """What the API does for one page: the query, the rows, the excerpts.
+
+    ``one user``: GET /api/search/ (newest first); ``one slot``: ?q= on a slot's messages
+    (by seq); ``all users``: no endpoint searches everyone, measured for reference.
+    """
     from squad_memory.models import Message
     from squad_memory.search import excerpt, matching
 
     rows = Message.objects.filter(slot__namespace="")
-    if user_id is not None:
-        rows = rows.filter(slot__user_id=user_id)
-    page = matching(rows, query).select_related("slot").order_by("-id")[: PAGE + 1]
+    order = "-id"
+    if scope == "one user":
+        rows = rows.filter(slot__user_id=value)
+    elif scope == "one slot":
+        rows, order = Message.objects.filter(slot_id=value), "seq"
+    page = matching(rows, query).select_related("slot").order_by(order)[: PAGE + 1]
     hits = list(page.only("id", "seq", "role", "text", "slot__session_id", "slot__agent_id"))
     return len([excerpt(m.text, query) for m in hits])
 
@@ -159,21 +166,30 @@ def queries(rng: random.Random) -> dict[str, Callable[[], str]]:
     }
 
 
-def measure(users: int, runs: int) -> dict[str, float]:
+#: Scopes an endpoint searches (the headline figure); "all users" is for reference only.
+API_SCOPES = ("one user", "one slot")
+
+
+def measure(users: int, slots: list[int], runs: int) -> dict[str, float]:
     rng = random.Random(11)
     figures: dict[str, float] = {}
-    every: list[float] = []
-    for scope in ("one user", "all users"):
+    api: list[float] = []
+    pick = {
+        "one user": lambda: f"user{rng.randrange(users)}",
+        "one slot": lambda: rng.choice(slots),
+        "all users": lambda: None,
+    }
+    for scope in (*API_SCOPES, "all users"):
         for kind, make in queries(rng).items():
 
             def run(make: Callable[[], str] = make, scope: str = scope) -> int:
-                user = f"user{rng.randrange(users)}" if scope == "one user" else None
-                return search_page(user, make())
+                return search_page(scope, pick[scope](), make())
 
             times = timed(run, runs)
             figures[f"{scope}, {kind}"] = statistics.median(times)
-            every += times
-    figures["median of all searches"] = statistics.median(every)
+            api += times if scope in API_SCOPES else []
+    figures["API searches: median"] = statistics.median(api)
+    figures["API searches: 95th percentile"] = statistics.quantiles(api, n=20)[-1]
     return figures
 
 
@@ -211,6 +227,7 @@ def without_index(fn: Callable[[], float]) -> float:
                 "CREATE INDEX squad_memory_message_text_fts ON squad_memory_message "
                 f"USING gin ({TSVECTOR.format(column='text')})"
             )
+            cursor.execute("ANALYZE squad_memory_message")  # the index expression's stats
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,14 +237,15 @@ def main(argv: list[str] | None = None) -> int:
     setup_django(args.server, args.database)
     from django.core.management import call_command
 
-    from squad_memory.models import Message
+    from squad_memory.models import Message, Slot
 
     call_command("migrate", verbosity=0)
     loaded = Message.objects.count()
     seconds = 0.0 if loaded >= args.messages else load(args.messages, args.per_slot)
     count = Message.objects.count()
     users = max(count // args.per_slot // 2, 1)
-    figures = measure(users, args.runs)
+    slot_ids = list(Slot.objects.filter(user_id__startswith="user").values_list("pk", flat=True))
+    figures = measure(users, slot_ids, args.runs)
     figures["save, GIN index in place"] = save_cost(args.runs)
     figures["save, without the index"] = without_index(lambda: save_cost(args.runs))
     report = {"messages": count, "load_seconds": round(seconds, 1), "figures_ms": figures}
@@ -237,9 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{count:,} messages (loaded in {seconds:.1f} s); medians in ms:")
         for name, value in figures.items():
             print(f"  {name:<32} {value:8.2f}")
-        verdict = "meets" if figures["median of all searches"] < 50 else "misses"
+        verdict = "meets" if figures["API searches: median"] < 50 else "misses"
         print(
-            f"Overall median {figures['median of all searches']:.2f} ms {verdict} the 50 ms goal."
+            f"API search median {figures['API searches: median']:.2f} ms {verdict} the 50 ms goal."
         )
     return 0
 

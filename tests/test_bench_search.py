@@ -40,7 +40,7 @@ def test_search_benchmark_smoke(db: Any) -> None:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     assert report["messages"] == 2000
     figures = report["figures_ms"]
-    assert figures["median of all searches"] > 0
-    assert {"one user, rare word", "all users, common word", "save, GIN index in place"} <= set(
+    assert figures["API searches: median"] > 0
+    assert {"one user, rare word", "one slot, common word", "save, GIN index in place"} <= set(
         figures
     )

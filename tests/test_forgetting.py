@@ -192,3 +192,14 @@ def test_purge_command(settings: Any) -> None:
     assert Slot.objects.exists()
     call_command("squad_memory_purge", stdout=out, stderr=StringIO())
     assert f"{Message._meta.db_table}: 4" in out.getvalue() and not Slot.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("days", "ok"),
+    [(None, True), (30, True), (0.5, True), (0, False), (-1, False), ("30", False), (True, False)],
+)
+def test_retain_days_is_checked(settings: Any, days: Any, ok: bool) -> None:
+    from squad_memory.checks import check_retention
+
+    settings.SQUAD_MEMORY = {"RETAIN_DAYS": days}
+    assert [e.id for e in check_retention()] == ([] if ok else ["squad_memory.E030"])
