@@ -204,3 +204,20 @@ def _installed(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+@register()
+def check_retention(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``RETAIN_DAYS`` is None (keep forever) or a positive number of days (E030)."""
+    value = getattr(settings, SETTING_NAME, {})
+    days = value.get("RETAIN_DAYS") if isinstance(value, dict) else None
+    valid = isinstance(days, int | float) and not isinstance(days, bool) and days > 0
+    if days is None or valid:
+        return []
+    return [
+        Error(
+            f"{SETTING_NAME}['RETAIN_DAYS'] must be None (keep forever) or a positive number "
+            f"of days, not {days!r}.",
+            id="squad_memory.E030",
+        )
+    ]

@@ -47,6 +47,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_MESSAGE_BYTES": 64 * 1024,
     "MAX_BATCH_SIZE": 100,
     "MAX_ID_LENGTH": 255,
+    # Retention: slots idle for more than this many days are deleted by the sweep and
+    # squad_memory_purge; None keeps everything forever.
+    "RETAIN_DAYS": None,
     # Shipped summarizers: the summary message's maximum length in characters (offline and LLM).
     "MAX_SUMMARY_CHARS": 4000,
     # The LLMSummarizer built from settings ("squad_memory.summarizers.llm.summarize").
@@ -177,6 +180,11 @@ class Settings:
         if not isinstance(configured, dict):
             raise ImproperlyConfigured(f"{SETTING_NAME}['LLM'] must be a dict.")
         return {**DEFAULTS["LLM"], **configured}
+
+    @property
+    def retain_days(self) -> float | None:
+        value = self.raw("RETAIN_DAYS")
+        return None if value is None else float(value)
 
     def import_callable(self, name: str) -> Callable[..., Any]:
         """Resolve a dotted-path setting, with an error that names the setting."""

@@ -20,6 +20,7 @@ from django.utils import timezone
 from squad_memory import sql
 from squad_memory.messages import MessageDict, is_same_role, now_ms, trim_size
 from squad_memory.models import Message, Slot
+from squad_memory.search import extract_text
 
 SlotKey = tuple[str, str, str]
 
@@ -115,6 +116,7 @@ def _insert(slot: Slot, messages: list[MessageDict], store_rows: bool | None) ->
             content=m["content"],
             citations=m.get("citations"),
             timestamp=m.get("timestamp") or stamp,  # importers keep the original time
+            text=extract_text(m["content"]),
         )
         for i, m in enumerate(messages, start=1)
     ]

@@ -203,6 +203,12 @@ class Message(models.Model):
     content = models.JSONField(_("content blocks"), default=list)
     citations = models.JSONField(_("citations"), null=True, blank=True)
     timestamp = models.BigIntegerField(_("timestamp (ms)"))
+    text = models.TextField(
+        _("plain text"),
+        default="",
+        blank=True,
+        help_text=_("Text of the content blocks and tool calls, extracted at save for search."),
+    )
 
     class Meta:
         verbose_name = _("message")

@@ -20,10 +20,10 @@ from django.db.models import Field
 
 from squad_memory.models import Message, Slot
 
-#: Rows per INSERT statement: 6 parameters each stays under SQLite's 999-variable limit.
-INSERT_CHUNK = 150
+#: Rows per INSERT statement: 7 parameters each stays under SQLite's 999-variable limit.
+INSERT_CHUNK = 140
 
-_MESSAGE_COLUMNS = ("slot", "seq", "role", "content", "citations", "timestamp")
+_MESSAGE_COLUMNS = ("slot", "seq", "role", "content", "citations", "timestamp", "text")
 _READ_COLUMNS = ("seq", "role", "content", "citations")
 
 

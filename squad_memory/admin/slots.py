@@ -13,7 +13,9 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
+from squad_memory.admin.search import SlotSearchAdmin, transcript_search
 from squad_memory.admin.slot_actions import SlotActionsAdmin
+from squad_memory.admin.slot_delete import SlotDeleteAdmin
 from squad_memory.conf import app_settings
 from squad_memory.models import Slot, SlotState
 
@@ -81,7 +83,7 @@ def _or_default(value: int | None, default: int) -> int:
 
 
 @admin.register(Slot)
-class SlotAdmin(SlotActionsAdmin):
+class SlotAdmin(SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAdmin):
     """Every conversation, with its raw history and its summary buffer side by side."""
 
     form = SlotForm
@@ -140,6 +142,8 @@ class SlotAdmin(SlotActionsAdmin):
     buffer_display_limit = 200
     #: Newest compressions shown on the slot page (the full log has its own admin).
     compression_log_limit = 10
+    #: Hits listed by the slot page's search box.
+    search_hit_limit = 50
 
     # -- list ----------------------------------------------------------------------------
     def get_list_display(self, request: HttpRequest) -> list[str | Callable[[Any], str | bool]]:
@@ -160,11 +164,8 @@ class SlotAdmin(SlotActionsAdmin):
     def state_label(self, slot: Slot) -> str:
         return str(STATE_LABELS[slot.state])
 
-    # -- permissions: slots are created by the storage, and the raw history is an audit record
+    # -- permissions: slots are created by the storage (deleting one is forgetting it)
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Slot | None = None) -> bool:
         return False
 
     def save_model(self, request: HttpRequest, obj: Slot, form: Any, change: bool) -> None:
@@ -203,6 +204,7 @@ class SlotAdmin(SlotActionsAdmin):
             "more_compressions": more,
             "compression_log_url": self._compression_log_url(slot),
             "slot_actions": self.slot_action_links(request, slot),
+            "search": transcript_search(request, slot, self.search_hit_limit),
         }
 
     def _compression_log_url(self, slot: Slot) -> str:

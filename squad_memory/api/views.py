@@ -19,12 +19,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import squad_memory
-from squad_memory import compression
+from squad_memory import compression, search
 from squad_memory.api import access, schema
+from squad_memory.api.deletion import SlotDeleteMixin
 from squad_memory.api.pagination import MessageCursorPagination, SlotCursorPagination
 from squad_memory.api.parsers import LimitedJSONParser
 from squad_memory.api.permissions import MANAGE_PERMISSION, POST_PERMISSION, SlotAccess
 from squad_memory.api.renderers import JSONFirstBrowsableAPIRenderer, SafeJSONRenderer
+from squad_memory.api.search import MessageFilterSerializer
 from squad_memory.api.serializers import (
     BufferQuerySerializer,
     BufferSerializer,
@@ -136,6 +138,7 @@ class ApiMixin(APIView):
     ),
 )
 class SlotViewSet(
+    SlotDeleteMixin,
     ApiMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -173,15 +176,17 @@ class SlotViewSet(
 
     @extend_schema(
         summary="Raw messages of a slot",
-        parameters=[schema.SLOT_ID],
+        parameters=[schema.SLOT_ID, MessageFilterSerializer],
         description="Every accepted message by sequence number, trimmed ones flagged; "
-        "cursor-paginated (no total count).",
+        "cursor-paginated (no total count). ?q= keeps the messages matching the words.",
         responses=schema.errors({200: MessageSerializer(many=True)}, 400, 401, 403, 404),
     )
     @action(detail=True, methods=["get"], pagination_class=MessageCursorPagination)
     def messages(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_object()
         rows: Any = Message.objects.filter(slot_id=slot.pk)  # a queryset of another model
+        if words := query(MessageFilterSerializer, request).get("q"):
+            rows = search.matching(rows, words)
         page = self.paginate_queryset(rows)
         data = MessageSerializer(page, many=True, context={"slot": slot}).data
         return self.get_paginated_response(data)

@@ -1,0 +1,75 @@
+"""GET /api/search/ and ?q= on a slot's messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import squad_memory
+from tests.api_support import Users, client_for, fill
+
+pytest_plugins = ["tests.api_fixtures"]
+pytestmark = pytest.mark.django_db
+
+
+def say(user: Any, session: str, agent: str, *texts: str) -> None:
+    batch = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": t}]}
+        for i, t in enumerate(texts)
+    ]
+    squad_memory.get_storage().save_chat_messages_sync(str(user.pk), session, agent, batch)
+
+
+def test_search_finds_own_messages_newest_first_with_excerpts(users: Users) -> None:
+    say(users.owner, "s1", "a1", "where is the <needle>?", "no idea")
+    say(users.owner, "s2", "a2", "found the needle", "great")
+    say(users.other, "s1", "a1", "their needle")  # another user, same ids
+    response = client_for(users.owner).get("/api/search/?q=needle")
+    assert response.status_code == 200
+    hits = response.json()["results"]
+    assert [(h["session_id"], h["seq"], h["role"]) for h in hits] == [
+        ("s2", 1, "user"),
+        ("s1", 1, "user"),
+    ]
+    assert hits[1]["excerpt"] == "where is the &lt;<mark>needle</mark>&gt;?"
+    assert {"slot", "agent_id", "timestamp"} <= set(hits[0])
+
+
+def test_search_is_cursor_paginated(users: Users) -> None:
+    say(users.owner, "s1", "a1", *[f"item {i}" for i in range(5)])
+    client = client_for(users.owner)
+    seen: list[int] = []
+    url: str | None = "/api/search/?q=item&page_size=2"
+    while url:
+        body = client.get(url).json()
+        seen += [h["seq"] for h in body["results"]]
+        url = body["next"]
+    assert seen == [5, 4, 3, 2, 1]
+
+
+def test_staff_may_search_another_user(users: Users) -> None:
+    say(users.other, "s1", "a1", "secret plan")
+    path = f"/api/search/?q=secret&user_id={users.other.pk}"
+    assert client_for(users.owner).get(path).status_code == 403
+    assert client_for(users.owner).get("/api/search/?q=secret").json()["results"] == []
+    assert len(client_for(users.staff).get(path).json()["results"]) == 1
+
+
+def test_search_validates_the_query(users: Users) -> None:
+    client = client_for(users.owner)
+    assert client.get("/api/search/").status_code == 400
+    assert client.get("/api/search/?q=").status_code == 400
+    assert client.get("/api/search/?q=a%00b").status_code == 400
+    assert client.get("/api/search/?q=" + "x" * 201).status_code == 400
+    assert client_for(None).get("/api/search/?q=x").status_code == 401
+
+
+def test_q_filters_one_slots_messages(users: Users) -> None:
+    slot = fill(users.owner, 6)  # m0..m5
+    say(users.owner, "s1", "a1", "apple pie", "apple tart")
+    client = client_for(users.owner)
+    body = client.get(f"/api/slots/{slot.pk}/messages/?q=apple&ordering=-seq").json()
+    assert [m["seq"] for m in body["results"]] == [8, 7]
+    assert len(client.get(f"/api/slots/{slot.pk}/messages/").json()["results"]) == 8
+    assert client.get(f"/api/slots/{slot.pk}/messages/?q=a%01").status_code == 400

@@ -1,0 +1,104 @@
+"""Plain text extracted at save, matching on PostgreSQL (full text) and elsewhere, excerpts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+import squad_memory
+from squad_memory import history
+from squad_memory.models import Message
+from squad_memory.search import excerpt, extract_text, matching, terms
+from tests.conftest import msg
+
+pytestmark = pytest.mark.django_db
+
+TOOL_USE = {"toolUse": {"toolUseId": "t1", "name": "weather", "input": {"city": "Zürich", "n": 3}}}
+TOOL_RESULT = {
+    "toolResult": {"toolUseId": "t1", "content": [{"text": "sunny"}, {"json": {"temp": 21}}]}
+}
+
+
+def test_extract_text_reads_text_and_tool_blocks() -> None:
+    assert extract_text([{"text": "hello"}, {"text": "world"}]) == "hello\nworld"
+    assert extract_text([TOOL_USE]) == "weather Zürich 3"
+    assert extract_text([TOOL_RESULT]) == "sunny 21"
+    anthropic = {"type": "tool_use", "id": "x", "name": "calc", "input": {"expr": "1+1"}}
+    assert extract_text([anthropic]) == "calc 1+1"
+    result = {"type": "tool_result", "tool_use_id": "x", "content": "2", "is_error": False}
+    assert extract_text([result]) == "2"
+    assert extract_text([{"image": {"format": "png"}}]) == ""
+    assert extract_text("not a list") == "not a list"
+
+
+def test_saves_store_the_text_once() -> None:
+    storage = squad_memory.get_storage()
+    storage.save_chat_message_sync("u", "s", "a", msg("user", "find the needle"))
+    storage.save_chat_messages_sync(
+        "u", "s", "a", [{"role": "assistant", "content": [TOOL_USE]}, msg("user", "more")]
+    )
+    assert list(Message.objects.order_by("seq").values_list("text", flat=True)) == [
+        "find the needle",
+        "weather Zürich 3",
+        "more",
+    ]
+
+
+def store(*texts: str, user: str = "u") -> list[Message]:
+    batch: list[Any] = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": t}]}
+        for i, t in enumerate(texts)
+    ]
+    slot = history.append("", (user, "s", "a"), batch, check_role=False).slot
+    return list(Message.objects.filter(slot=slot).order_by("seq"))
+
+
+def found(query: str) -> list[str]:
+    return list(matching(Message.objects.order_by("id"), query).values_list("text", flat=True))
+
+
+def test_matching_finds_every_word_case_insensitively() -> None:
+    store("The Quick brown fox", "a lazy dog", "quick dog", "nothing here")
+    assert found("quick") == ["The Quick brown fox", "quick dog"]
+    assert found("QUICK dog") == ["quick dog"]
+    assert found("cat") == []
+    assert found("   ") == []
+
+
+@pytest.mark.postgres
+def test_postgres_uses_full_text_words_and_the_gin_index() -> None:
+    store("deploy the service", "redeployment", "undeployed", "deploy now")
+    assert found("deploy") == ["deploy the service", "deploy now"]  # words, not substrings
+    assert found('"deploy now"') == ["deploy now"]
+    assert found("deploy -now") == ["deploy the service"]
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        sql, params = matching(Message.objects.all(), "deploy").query.sql_with_params()
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("SET enable_seqscan = on")
+    assert "squad_memory_message_text_fts" in plan
+
+
+def test_excerpt_escapes_and_marks_hits() -> None:
+    text = "x" * 200 + " <b>Needle</b> and needle " + "y" * 200
+    html = excerpt(text, "needle")
+    assert html.startswith("…") and html.endswith("…")
+    assert "&lt;b&gt;<mark>Needle</mark>&lt;/b&gt; and <mark>needle</mark>" in html
+    assert "<b>" not in html
+    assert excerpt("plain <i>", "absent") == "plain &lt;i&gt;"
+
+
+def test_terms_follow_the_web_search_syntax() -> None:
+    assert terms('"a phrase" or -not word') == ["a", "phrase", "word"]
+
+
+def test_the_query_matches_the_indexed_expression() -> None:
+    from importlib import import_module
+
+    from squad_memory import search
+
+    migration = import_module("squad_memory.migrations.0003_message_text")
+    assert migration.TSVECTOR == search.TSVECTOR
