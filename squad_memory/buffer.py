@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from squad_memory import history
+from squad_memory import history, tails
 from squad_memory.messages import MessageDict
 from squad_memory.models import Slot
 
@@ -33,12 +33,11 @@ def read(slot: Slot, max_tail: int | None = None) -> list[MessageDict]:
     messages, starting with the role that follows the prefix, so roles still alternate.
     """
     prefix = list(slot.summary)
-    if max_tail is None or slot.last_seq - slot.covered_seq <= max_tail:
-        return prefix + history.rows_after(slot.pk, slot.covered_seq)
-    tail = history.rows_after(slot.pk, slot.covered_seq, newest=max_tail)
-    after = prefix[-1]["role"] if prefix else "assistant"
-    if tail and tail[0]["role"] == after:
-        tail = tail[1:]
+    tail = _tail(slot, slot.covered_seq, max_tail)
+    if max_tail is not None and slot.last_seq - slot.covered_seq > max_tail:
+        after = prefix[-1]["role"] if prefix else "assistant"
+        if tail and tail[0]["role"] == after:
+            tail = tail[1:]
     return prefix + tail
 
 
@@ -47,15 +46,30 @@ def current(slot: Slot) -> list[MessageDict]:
     if slot.pk is None:
         return []
     prefix = list(slot.summary) if slot.active else []
-    return prefix + history.rows_after(slot.pk, slot.buffer_from_seq - 1)
+    return prefix + _tail(slot, slot.buffer_from_seq - 1)
 
 
 def snapshot(slot: Slot, rows: list[dict[str, Any]] | None = None) -> Snapshot:
     """The current buffer of a slot up to its last sequence number."""
     if rows is None:
-        rows = history.rows_after(slot.pk, slot.covered_seq, slot.last_seq)
+        rows = _tail(slot, slot.covered_seq)
     messages = list(slot.summary) + [_plain(r) for r in rows if r["seq"] <= slot.last_seq]
     return Snapshot(slot.pk, slot.version, slot.covered_seq + 1, slot.last_seq, messages)
+
+
+def _tail(slot: Slot, after_seq: int, newest: int | None = None) -> list[dict[str, Any]]:
+    """The slot's rows after ``after_seq`` (the newest ``newest``): from the per-process
+    cache when it holds them up to the slot's ``last_seq``, else from the database."""
+    alias = history.db_alias()
+    rows = tails.get(alias, slot.pk, after_seq, slot.last_seq)
+    if rows is not None:
+        return rows[-newest:] if newest is not None else rows
+    if newest is not None and slot.last_seq - after_seq > newest:
+        return history.rows_after(slot.pk, after_seq, newest=newest)
+    rows = history.rows_after(slot.pk, after_seq)
+    if rows and rows[0]["seq"] == after_seq + 1:
+        history.remember(alias, slot.pk, rows)
+    return rows
 
 
 def _plain(row: dict[str, Any]) -> MessageDict:

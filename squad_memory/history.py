@@ -9,6 +9,8 @@ any number of processes keep a gapless, ordered sequence.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -17,7 +19,7 @@ from django.db import router, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from squad_memory import sql
+from squad_memory import sql, tails
 from squad_memory.messages import MessageDict, is_same_role, now_ms, trim_size
 from squad_memory.models import Message, Slot
 from squad_memory.search import extract_text
@@ -121,7 +123,19 @@ def _insert(slot: Slot, messages: list[MessageDict], store_rows: bool | None) ->
         for i, m in enumerate(messages, start=1)
     ]
     sql.insert_messages(rows)
+    remember(db_alias(), slot.pk, [_as_row(row) for row in rows])
     return rows
+
+
+def _as_row(message: Message) -> dict[str, Any]:
+    # What reading the row back gives: the content as its JSON says (a copy, not the caller's).
+    content, citations = json.loads(json.dumps([message.content, message.citations]))
+    return {"seq": message.seq, "role": message.role, "content": content, "citations": citations}
+
+
+def remember(alias: str, slot_id: int, rows: list[dict[str, Any]]) -> None:
+    """Keep committed rows in the per-process tail cache (after the commit, if any)."""
+    transaction.on_commit(functools.partial(tails.put, alias, slot_id, rows), using=alias)
 
 
 def _advance(slot: Slot, count: int, last_role: str, max_history_size: int | None) -> None:

@@ -188,9 +188,18 @@ def to_message(data: MessageDict) -> ConversationMessage:
     citations = data.get("citations")
     return ConversationMessage(
         role=data["role"],
-        content=[dict(block) for block in data.get("content") or []],
-        citations=list(citations) if citations else None,
+        content=[_copy(block) for block in data.get("content") or []],
+        citations=_copy(citations) if citations else None,
     )
+
+
+def _copy(value: Any) -> Any:
+    """A copy of JSON containers, all the way down (callers may mutate what they get)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
 
 
 def to_messages(rows: Iterable[MessageDict]) -> list[ConversationMessage]:

@@ -3,7 +3,7 @@
 A message's plain text (:func:`extract_text`) is computed once, when it is
 saved, and stored in ``Message.text``. On PostgreSQL, :func:`matching` is a
 full-text match written exactly as the GIN index of migration
-``0004_message_text`` is defined (:data:`TSVECTOR`), so the index serves it;
+``0003_message_text`` is defined (:data:`TSVECTOR`), so the index serves it;
 the ``simple`` configuration lowercases words and neither stems nor drops stop
 words, which suits the mix of languages, code and identifiers an agent's
 history holds. Elsewhere (SQLite, MySQL) every word of the query must

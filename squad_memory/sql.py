@@ -94,10 +94,43 @@ def select_slot(
 ) -> Slot | None:
     """The slot's row by its key, or None; ``lock`` takes its row lock."""
     alias = router.db_for_write(Slot)
+    connection = connections[alias]
     sql = statements(alias)
-    query = sql.lock_slot if lock else sql.select_slot
-    rows = list(Slot.objects.raw(query, [namespace, user_id, session_id, agent_id]).using(alias))
-    return rows[0] if rows else None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.lock_slot if lock else sql.select_slot, [namespace, user_id, session_id, agent_id]
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    names, converters = _slot_loader(alias)
+    values = [
+        _convert(value, convert, connection) for value, convert in zip(row, converters, strict=True)
+    ]
+    return Slot.from_db(alias, names, values)
+
+
+Converter = tuple[Any, list[Any]]
+
+
+@functools.cache
+def _slot_loader(alias: str) -> tuple[list[str], list[Converter]]:
+    """The slot's attribute names and, per column, the converters the ORM would apply."""
+    connection = connections[alias]
+    names, converters = [], []
+    for field in Slot._meta.concrete_fields:
+        column = field.get_col(Slot._meta.db_table)
+        found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+        names.append(field.attname)
+        converters.append((column, found))
+    return names, converters
+
+
+def _convert(value: Any, converter: Converter, connection: BaseDatabaseWrapper) -> Any:
+    column, functions = converter
+    for function in functions:
+        value = function(value, column, connection)
+    return value
 
 
 def insert_messages(rows: Sequence[Message]) -> None:

@@ -41,6 +41,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             names.append("transactional_db")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_tail_cache() -> None:
+    """Each test starts with an empty per-process tail cache (tables are emptied between tests)."""
+    from squad_memory import tails
+
+    tails.clear()
+
+
 @pytest.fixture
 def _needs_postgres() -> None:
     require(
