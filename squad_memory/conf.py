@@ -41,6 +41,10 @@ DEFAULTS: dict[str, Any] = {
     "MAX_MESSAGE_BYTES": 64 * 1024,
     "MAX_BATCH_SIZE": 100,
     "MAX_ID_LENGTH": 255,
+    # Allow bidirectional controls and zero-width characters in ids (refused by default).
+    "ALLOW_INVISIBLE_IDS": False,
+    # API: seconds an Idempotency-Key (and the response it replays) is kept.
+    "IDEMPOTENCY_TTL": 24 * 60 * 60,
     # Shipped summarizers: the summary message's maximum length in characters (offline and LLM).
     "MAX_SUMMARY_CHARS": 4000,
     # The LLMSummarizer built from settings ("squad_memory.summarizers.llm.summarize").
@@ -124,6 +128,14 @@ class Settings:
     @property
     def max_id_length(self) -> int:
         return int(self.get("MAX_ID_LENGTH"))
+
+    @property
+    def allow_invisible_ids(self) -> bool:
+        return bool(self.get("ALLOW_INVISIBLE_IDS"))
+
+    @property
+    def idempotency_ttl(self) -> float:
+        return float(self.get("IDEMPOTENCY_TTL"))
 
     def import_callable(self, name: str) -> Callable[..., Any]:
         """Resolve a dotted-path setting, with an error that names the setting."""

@@ -7,18 +7,16 @@ checked and used without it.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 
 from squad_memory.conf import app_settings
 from squad_memory.models import Slot, SlotQuerySet
+from squad_memory.validation import id_problem
 
 logger = logging.getLogger(__name__)
 
-#: Characters an id may not contain: C0 and C1 control characters, DEL, and surrogates.
-FORBIDDEN_ID_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 NO_IDENTITY = (
     "Your account has no conversation identity (SQUAD_MEMORY['USER_ID_RESOLVER'] gave no "
     "usable user_id for it)."
@@ -43,13 +41,9 @@ def user_id_for(user: Any) -> str:
         logger.exception("USER_ID_RESOLVER failed for user %r", getattr(user, "pk", None))
         raise PermissionDenied(NO_IDENTITY) from exc
     user_id = "" if value is None else str(value)
-    if not _valid_id(user_id):
+    if id_problem(user_id) is not None:
         raise PermissionDenied(NO_IDENTITY)
     return user_id
-
-
-def _valid_id(value: str) -> bool:
-    return 0 < len(value) <= app_settings.max_id_length and not FORBIDDEN_ID_CHARS.search(value)
 
 
 def sees_everything(user: Any) -> bool:

@@ -8,7 +8,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework.serializers import Serializer
 
-from squad_memory.api.serializers import ID_PATTERN, ErrorSerializer
+from squad_memory.api.serializers import ErrorSerializer
+from squad_memory.validation import ID_PATTERN
 
 SLOT_ID = OpenApiParameter(
     "id", {"type": "integer", "minimum": 1}, OpenApiParameter.PATH, description="The slot's id."
