@@ -15,6 +15,8 @@ from django.db import models
 from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
+from squad_memory.validation import visible
+
 #: ``Slot.namespace`` of slots whose raw history is kept by :class:`DjangoChatStorage`.
 DJANGO_NAMESPACE = ""
 
@@ -113,7 +115,7 @@ class Slot(models.Model):
 
     def __str__(self) -> str:
         prefix = f"{self.namespace}:" if self.namespace else ""
-        return f"{prefix}{self.user_id}/{self.session_id}/{self.agent_id}"
+        return visible(f"{prefix}{self.user_id}/{self.session_id}/{self.agent_id}")
 
     @property
     def message_count(self) -> int:
