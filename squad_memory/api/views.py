@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 import squad_memory
 from squad_memory import buffer
-from squad_memory.api import access, schema
+from squad_memory.api import access, errors, schema
 from squad_memory.api.pagination import MessageCursorPagination, SlotCursorPagination
 from squad_memory.api.parsers import LimitedJSONParser
 from squad_memory.api.permissions import MANAGE_PERMISSION, POST_PERMISSION, SlotAccess
@@ -100,6 +100,9 @@ class ApiMixin(APIView):
     permission_classes = [SlotAccess]
     parser_classes = [LimitedJSONParser]
     renderer_classes = [SafeJSONRenderer]
+
+    def get_exception_handler(self) -> Callable[..., Any]:
+        return errors.exception_handler
 
 
 @extend_schema_view(
