@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.api_support import Users, make_user
+from tests.api_support import VIEW_PERMS, WRITE_PERMS, Users, make_user
 
 
 @pytest.fixture
@@ -14,6 +14,6 @@ def users(db: Any) -> Users:
     return Users(
         owner=make_user("owner"),
         other=make_user("other"),
-        staff=make_user("staff", staff=True),
+        staff=make_user("staff", staff=True, perms=WRITE_PERMS + VIEW_PERMS),
         reader=make_user("reader", perms=()),
     )

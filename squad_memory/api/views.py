@@ -39,6 +39,7 @@ from squad_memory.api.serializers import (
 )
 from squad_memory.exceptions import InvalidMessage, InvalidSlotKey, SummarizerError
 from squad_memory.models import Message, Slot
+from squad_memory.permissions import MESSAGE
 from squad_memory.storage import SummarizingChatStorage
 
 SLOT_ID = re.compile(r"[0-9]{1,18}")
@@ -139,6 +140,16 @@ class SlotViewSet(
             raise NotFound()
         return super().get_object()
 
+    def get_readable_object(self, model_name: str) -> Slot:
+        """The slot, if the user may also read its ``model_name`` rows (403 otherwise)."""
+        slot = self.get_object()
+        if not access.may_read(self.request.user, slot.user_id, model_name):
+            raise PermissionDenied(
+                f"Reading another user's {model_name}s needs the "
+                f"squad_memory.view_{model_name} permission."
+            )
+        return slot
+
     def get_queryset(self) -> QuerySet[Slot]:
         slots = access.visible_slots(self.request.user, storage().namespace)
         if self.action == "list":
@@ -154,7 +165,7 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["get"], pagination_class=MessageCursorPagination)
     def messages(self, request: Request, pk: str | None = None) -> Response:
-        slot = self.get_object()
+        slot = self.get_readable_object(MESSAGE)
         rows: Any = Message.objects.filter(slot_id=slot.pk)  # a queryset of another model
         page = self.paginate_queryset(rows)
         data = MessageSerializer(page, many=True, context={"slot": slot}).data
@@ -170,7 +181,7 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def buffer(self, request: Request, pk: str | None = None) -> Response:
-        slot = self.get_object()
+        slot = self.get_readable_object(MESSAGE)
         size = query(BufferQuerySerializer, request).get("max_history_size")
         with storage_errors():
             messages = storage().fetch_chat_sync(slot.user_id, slot.session_id, slot.agent_id, size)
@@ -269,7 +280,7 @@ class SessionHistoryView(ApiMixin, APIView):
         except ValidationError as exc:
             raise ValidationError({"session_id": exc.detail}) from exc
         given = query(UserQuerySerializer, request).get("user_id")
-        if given is not None and not access.may_act_as(request.user, given):
+        if given is not None and not access.may_read(request.user, given, MESSAGE):
             raise NotFound()
         user_id = given or access.user_id_for(request.user)
         with storage_errors():
