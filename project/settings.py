@@ -9,6 +9,8 @@ inline summarization and the offline summarizer, so it runs on a fresh machine.
 - CELERY_VISIBILITY_TIMEOUT: Redis broker only, seconds before a killed worker's task
   is delivered again (default 3600)
 - SQUAD_MEMORY_SUMMARIZER: dotted path of the summarizer
+- API_THROTTLE_ANON, API_THROTTLE_USER, API_THROTTLE_COMPRESS: API rates such as
+  "30/minute" (defaults 30/minute, 600/minute, 10/minute), or "none"
 - SQUAD_MEMORY_LLM_BACKEND (openai, anthropic), SQUAD_MEMORY_LLM_BASE_URL,
   SQUAD_MEMORY_LLM_API_KEY, SQUAD_MEMORY_LLM_MODEL, SQUAD_MEMORY_LLM_TIMEOUT:
   the LLM summarizer (squad_memory.summarizers.llm.summarize)
@@ -138,6 +140,15 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Requests per client; "none" switches a rate off. 429 answers carry Retry-After.
+    "DEFAULT_THROTTLE_RATES": {
+        scope: None if rate.lower() == "none" else rate
+        for scope, rate in (
+            ("anon", os.environ.get("API_THROTTLE_ANON", "30/minute")),
+            ("user", os.environ.get("API_THROTTLE_USER", "600/minute")),
+            ("squad_memory_compress", os.environ.get("API_THROTTLE_COMPRESS", "10/minute")),
+        )
+    },
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "squad_memory API",

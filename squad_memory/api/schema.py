@@ -34,9 +34,16 @@ ERRORS: dict[int, OpenApiResponse] = {
     ),
     413: OpenApiResponse(ErrorSerializer, description="The request body is too large."),
     415: OpenApiResponse(ErrorSerializer, description="The body is not application/json."),
+    429: OpenApiResponse(
+        ErrorSerializer, description="Too many requests; retry after Retry-After seconds."
+    ),
     502: OpenApiResponse(
         ErrorSerializer,
         description="The summarizer failed; anything the request stored stays stored.",
+    ),
+    503: OpenApiResponse(
+        ErrorSerializer,
+        description="The database is unavailable; retry after Retry-After seconds.",
     ),
 }
 
@@ -48,6 +55,8 @@ def errors(success: dict[int, Any], *codes: int) -> dict[int, Any]:
         responses[code] = ERRORS[code]
     if 400 in codes and 413 in codes:
         responses[415] = ERRORS[415]
+    for code in (429, 503):  # any request may be throttled or meet a database outage
+        responses[code] = ERRORS[code]
     return responses
 
 

@@ -37,6 +37,7 @@ from squad_memory.api.serializers import (
     UserQuerySerializer,
     check_id,
 )
+from squad_memory.api.throttling import COMPRESS_SCOPE, THROTTLE_CLASSES
 from squad_memory.exceptions import InvalidMessage, InvalidSlotKey, SummarizerError
 from squad_memory.models import Message, Slot
 from squad_memory.permissions import MESSAGE
@@ -102,8 +103,18 @@ class ApiMixin(APIView):
     parser_classes = [LimitedJSONParser]
     renderer_classes = [SafeJSONRenderer]
 
+    throttle_classes = THROTTLE_CLASSES
+
     def get_exception_handler(self) -> Callable[..., Any]:
         return errors.exception_handler
+
+    def check_permissions(self, request: Request) -> None:
+        # Throttle first, so that anonymous clients (who get 401) are limited too.
+        super().check_throttles(request)
+        super().check_permissions(request)
+
+    def check_throttles(self, request: Request) -> None:
+        """Done at the start of :meth:`check_permissions`."""
 
 
 @extend_schema_view(
@@ -139,6 +150,10 @@ class SlotViewSet(
         if not SLOT_ID.fullmatch(str(self.kwargs.get("pk", ""))):
             raise NotFound()
         return super().get_object()
+
+    @property
+    def throttle_scope(self) -> str | None:
+        return COMPRESS_SCOPE if getattr(self, "action", None) == "compress" else None
 
     def get_readable_object(self, model_name: str) -> Slot:
         """The slot, if the user may also read its ``model_name`` rows (403 otherwise)."""
