@@ -3,6 +3,7 @@
 - :func:`exception_handler` (used by every view of :mod:`squad_memory.api`): DRF's
   answers, plus ``503`` with ``Retry-After`` when the database is unavailable and a
   JSON ``500`` for any other unhandled error (logged with its traceback).
+- :func:`summarizer_failure`: a failed compression's 502, its detail for staff only.
 - :class:`JSONErrorsMiddleware`: the pages Django itself renders under the API's
   prefix (an unknown URL's 404, an error outside the views) become JSON too.
 """
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import InterfaceError, OperationalError
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import NoReverseMatch, reverse
 from rest_framework import status
@@ -21,6 +23,9 @@ from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
+
+from squad_memory.models import Compression, Slot
+from squad_memory.permissions import COMPRESSION, can_view_all
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +57,24 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if response.status_code == status.HTTP_503_SERVICE_UNAVAILABLE:
         response["Retry-After"] = str(RETRY_AFTER)
     return response
+
+
+def summarizer_failure(
+    request: Any, failure: str, error: object, slots: QuerySet[Slot]
+) -> dict[str, Any]:
+    """The body of the 502 of a failed compression of one of ``slots``.
+
+    ``error_id`` is the id of its compression log row (``Compression`` pk). The error
+    itself (which may name internal hosts) is shown only to those who may read that log:
+    staff with ``view_compression``; others get a generic message with the id to quote.
+    """
+    failed = Compression.objects.filter(slot__in=slots, outcome=Compression.Outcome.FAILED)
+    error_id = failed.order_by("-id").values_list("pk", flat=True).first()
+    if can_view_all(request.user, COMPRESSION):
+        detail = f"{failure}: {error}"
+    else:
+        detail = f"{failure}. Quote error id {error_id} when reporting it."
+    return {"detail": detail, "error_id": error_id}
 
 
 def api_prefix() -> str | None:

@@ -8,7 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework.serializers import Serializer
 
-from squad_memory.api.serializers import ErrorSerializer
+from squad_memory.api.serializers import ErrorSerializer, SummarizerErrorSerializer
 from squad_memory.validation import ID_PATTERN
 
 SLOT_ID = OpenApiParameter(
@@ -38,8 +38,9 @@ ERRORS: dict[int, OpenApiResponse] = {
         ErrorSerializer, description="Too many requests; retry after Retry-After seconds."
     ),
     502: OpenApiResponse(
-        ErrorSerializer,
-        description="The summarizer failed; anything the request stored stays stored.",
+        SummarizerErrorSerializer,
+        description="The summarizer failed; anything the request stored stays stored. The "
+        "error itself is shown to staff with view_compression; error_id names its log row.",
     ),
     503: OpenApiResponse(
         ErrorSerializer,

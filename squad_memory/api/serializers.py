@@ -270,3 +270,10 @@ class CompressResultSerializer(serializers.Serializer[dict[str, Any]]):
 
 class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
     detail = serializers.CharField()
+
+
+class SummarizerErrorSerializer(ErrorSerializer):
+    error_id = serializers.IntegerField(
+        allow_null=True,
+        help_text="The compression log row of the failure (quote it when reporting the error).",
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from agent_squad.types import ConversationMessage
 from django.db.models import QuerySet
@@ -70,8 +70,19 @@ class SummarizerFailed(APIException):
     default_code = "summarizer_failed"
 
 
+def summarizer_failed(
+    request: Request, failure: str, error: object, slots: QuerySet[Slot]
+) -> SummarizerFailed:
+    """The 502 of a failed compression: see :func:`errors.summarizer_failure`."""
+    exc = SummarizerFailed()
+    exc.detail = cast(Any, errors.summarizer_failure(request, failure, error, slots))
+    return exc
+
+
 @contextmanager
-def storage_errors(failure: str = "The summarizer failed") -> Iterator[None]:
+def storage_errors(
+    request: Request, slots: QuerySet[Slot], failure: str = "The summarizer failed"
+) -> Iterator[None]:
     """The storage's refusals as answers: a key or message it refuses (for instance one
     stored before a stricter limit) is the client's 400; a failing summarizer is a 502."""
     try:
@@ -79,7 +90,7 @@ def storage_errors(failure: str = "The summarizer failed") -> Iterator[None]:
     except (InvalidSlotKey, InvalidMessage) as exc:
         raise ValidationError({"non_field_errors": [str(exc)]}) from exc
     except SummarizerError as exc:
-        raise SummarizerFailed(f"{failure}: {exc}") from exc
+        raise summarizer_failed(request, failure, exc, slots) from exc
 
 
 def query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
@@ -198,7 +209,7 @@ class SlotViewSet(
     def buffer(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_readable_object(MESSAGE)
         size = query(BufferQuerySerializer, request).get("max_history_size")
-        with storage_errors():
+        with storage_errors(request, Slot.objects.filter(pk=slot.pk)):
             messages = storage().fetch_chat_sync(slot.user_id, slot.session_id, slot.agent_id, size)
         data = {"slot": slot.pk, "active": bool(slot.active), "messages": as_dicts(messages)}
         return Response(BufferSerializer(data).data)
@@ -225,7 +236,10 @@ class SlotViewSet(
         data = serializer.validated_data
         user_id = user_id_param(request, data.get("user_id"))
         single = "message" in data
-        with storage_errors("The messages were stored, but the summarizer failed"):
+        key = {"user_id": user_id, "session_id": data["session_id"], "agent_id": data["agent_id"]}
+        slots = Slot.objects.filter(namespace=storage().namespace, **key)
+        failure = "The messages were stored, but the summarizer failed"
+        with storage_errors(request, slots, failure):
             result = storage().save_messages_detailed(
                 user_id,
                 data["session_id"],
@@ -253,10 +267,11 @@ class SlotViewSet(
     def compress(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_object()
         mode = storage().mode
-        with storage_errors():
+        this = Slot.objects.filter(pk=slot.pk)
+        with storage_errors(request, this):
             outcome = storage().compress_now(slot.user_id, slot.session_id, slot.agent_id)
         if outcome is not None and outcome.error is not None:
-            raise SummarizerFailed(f"The summarizer failed: {outcome.error}")
+            raise summarizer_failed(request, "The summarizer failed", outcome.error, this)
         slot.refresh_from_db()
         name = outcome.outcome if outcome else ("queued" if mode == "celery" else "pending")
         code = status.HTTP_202_ACCEPTED if name == "queued" else status.HTTP_200_OK
@@ -298,7 +313,8 @@ class SessionHistoryView(ApiMixin, APIView):
         if given is not None and not access.may_read(request.user, given, MESSAGE):
             raise NotFound()
         user_id = given or access.user_id_for(request.user)
-        with storage_errors():
+        slots = access.visible_slots(request.user, storage().namespace)
+        with storage_errors(request, slots.filter(user_id=user_id, session_id=session_id)):
             messages = storage().fetch_all_chats_sync(user_id, session_id)
         data = {"user_id": user_id, "session_id": session_id, "messages": as_dicts(messages)}
         return Response(HistorySerializer(data).data)
