@@ -24,7 +24,7 @@ from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from squad_memory import buffer, history
+from squad_memory import buffer, history, idempotency
 from squad_memory.conf import app_settings
 from squad_memory.exceptions import ConfigurationError
 from squad_memory.messages import effective_keep_last, needs_compression
@@ -173,6 +173,7 @@ def sweep(*, activate: bool = False, limit: int | None = None) -> SweepReport:
                 keep = effective_keep_last(slot, storage.trigger_at, storage.keep_last)
                 dispatch(Claim(slot.pk, token, keep))
                 report.activated += 1
+    idempotency.purge_expired()
     logger.info(
         "Sweep compressed or enqueued %s slot(s), activated %s.", report.enqueued, report.activated
     )

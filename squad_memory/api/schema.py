@@ -34,6 +34,9 @@ ERRORS: dict[int, OpenApiResponse] = {
     ),
     413: OpenApiResponse(ErrorSerializer, description="The request body is too large."),
     415: OpenApiResponse(ErrorSerializer, description="The body is not application/json."),
+    422: OpenApiResponse(
+        ErrorSerializer, description="The Idempotency-Key was used for a different request."
+    ),
     429: OpenApiResponse(
         ErrorSerializer, description="Too many requests; retry after Retry-After seconds."
     ),

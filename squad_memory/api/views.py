@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 import squad_memory
 from squad_memory import buffer
-from squad_memory.api import access, errors, schema
+from squad_memory.api import access, errors, idempotent, schema
 from squad_memory.api.pagination import MessageCursorPagination, SlotCursorPagination
 from squad_memory.api.parsers import LimitedJSONParser
 from squad_memory.api.permissions import MANAGE_PERMISSION, POST_PERMISSION, SlotAccess
@@ -39,6 +39,7 @@ from squad_memory.api.serializers import (
 )
 from squad_memory.api.throttling import COMPRESS_SCOPE, THROTTLE_CLASSES
 from squad_memory.exceptions import InvalidMessage, InvalidSlotKey, SummarizerError
+from squad_memory.idempotency import Answer
 from squad_memory.models import Message, Slot
 from squad_memory.permissions import MESSAGE
 from squad_memory.storage import SummarizingChatStorage
@@ -220,12 +221,14 @@ class SlotViewSet(
         "repeating the last role is skipped). messages: a batch stored as given, like "
         "save_chat_messages. A rejected request stores nothing.",
         request=PostMessagesSerializer,
+        parameters=[idempotent.PARAMETER],
         responses=schema.errors(
             {201: PostResultSerializer, 200: schema.skipped(PostResultSerializer)},
             400,
             401,
             403,
             413,
+            422,
             502,
         ),
     )
@@ -235,23 +238,26 @@ class SlotViewSet(
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         user_id = user_id_param(request, data.get("user_id"))
-        single = "message" in data
         key = {"user_id": user_id, "session_id": data["session_id"], "agent_id": data["agent_id"]}
         slots = Slot.objects.filter(namespace=storage().namespace, **key)
         failure = "The messages were stored, but the summarizer failed"
         with storage_errors(request, slots, failure):
-            result = storage().save_messages_detailed(
-                user_id,
-                data["session_id"],
-                data["agent_id"],
-                [data["message"]] if single else data["messages"],
-                check_role=single,
-                max_history_size=data.get("max_history_size"),
-            )
+            return idempotent.respond(request, lambda: self._save(data, user_id))
+
+    def _save(self, data: dict[str, Any], user_id: str) -> Answer:
+        single = "message" in data
+        result = storage().save_messages_detailed(
+            user_id,
+            data["session_id"],
+            data["agent_id"],
+            [data["message"]] if single else data["messages"],
+            check_role=single,
+            max_history_size=data.get("max_history_size"),
+        )
         result.slot.refresh_from_db()
         body = {"slot": result.slot, "stored": result.rows, "skipped": result.skipped}
         code = status.HTTP_200_OK if result.skipped else status.HTTP_201_CREATED
-        return Response(PostResultSerializer(body, context={"slot": result.slot}).data, status=code)
+        return Answer(code, PostResultSerializer(body, context={"slot": result.slot}).data)
 
     @extend_schema(
         summary="Compress the buffer now",
