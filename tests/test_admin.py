@@ -742,3 +742,16 @@ def test_the_admin_shows_invisible_characters_in_ids(admin_client: Client) -> No
         assert "ticket-&lt;U+202E&gt;4321-gnp.exe" in page and "\u202e" not in page, address
     messages = admin_client.get(url("message_changelist")).content.decode()
     assert "&lt;U+2066&gt;" in messages and "\u2066" not in messages
+
+
+def test_export_needs_the_view_permissions_of_what_it_holds(editor_client: Client) -> None:
+    slot = active_slot()
+    page = editor_client.get(url("slot_change", slot.pk)).content.decode()
+    assert url("slot_reset", slot.pk) in page and url("slot_export", slot.pk) not in page
+    assert editor_client.get(url("slot_export", slot.pk)).status_code == 403
+    assert editor_client.post(url("slot_export", slot.pk)).status_code == 403
+    listing = editor_client.get(url("slot_changelist")).content.decode()
+    assert "reset_selected" in listing and "export_selected" not in listing
+    full = Client()
+    full.force_login(staff("auditor", "change_slot", "view_message", "view_compression"))
+    assert full.post(url("slot_export", slot.pk)).status_code == 200
