@@ -114,7 +114,6 @@ class ApiMixin(APIView):
     permission_classes = [SlotAccess]
     parser_classes = [LimitedJSONParser]
     renderer_classes = [SafeJSONRenderer]
-
     throttle_classes = THROTTLE_CLASSES
 
     def get_exception_handler(self) -> Callable[..., Any]:
