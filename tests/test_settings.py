@@ -13,9 +13,7 @@ SECRET = "k7#Qz!v9Lr2@xW4p$Tn8^Ys3&Bm6*Hd1(Jf5)Gc0-Ue2+Ia7=Ob4"
 
 
 def run_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {
-        k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "API_THROTTLE_"))
-    }
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "API_THROTTLE_"))}
     base.update(PYTHONPATH=str(ROOT), SQUAD_MEMORY_VAR_DIR=str(tmp_path), **env)
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
