@@ -3,12 +3,23 @@
 Everything comes from environment variables with embedded defaults: SQLite,
 inline summarization and the offline summarizer, so it runs on a fresh machine.
 
+- DJANGO_DEBUG: 1 (default) or 0. With 0, DJANGO_SECRET_KEY is required and the
+  HTTPS settings below default to on, so `manage.py check --deploy` is clean with
+  DJANGO_DEBUG=0, DJANGO_SECRET_KEY (50+ random characters) and DJANGO_ALLOWED_HOSTS
+- DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS (comma-separated)
+- DJANGO_SECURE_SSL_REDIRECT, DJANGO_SECURE_COOKIES, DJANGO_SECURE_HSTS_SECONDS
+  (default 31536000), DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS, DJANGO_SECURE_HSTS_PRELOAD:
+  override the HTTPS settings (1/0); DJANGO_SECURE_PROXY_SSL_HEADER=1 trusts
+  X-Forwarded-Proto from a TLS-terminating proxy
+
 - DATABASE_URL: postgres://, mysql://, sqlite:/// (default: var/db.sqlite3)
 - SQUAD_MEMORY_MODE: inline (default) or celery
 - CELERY_BROKER_URL: redis://127.0.0.1:6379/0 or amqp://guest:guest@127.0.0.1:5672//
 - CELERY_VISIBILITY_TIMEOUT: Redis broker only, seconds before a killed worker's task
   is delivered again (default 3600)
 - SQUAD_MEMORY_SUMMARIZER: dotted path of the summarizer
+- API_THROTTLE_ANON, API_THROTTLE_USER, API_THROTTLE_COMPRESS: API rates such as
+  "30/minute" (defaults 30/minute, 600/minute, 10/minute), or "none"
 - SQUAD_MEMORY_LLM_BACKEND (openai, anthropic), SQUAD_MEMORY_LLM_BASE_URL,
   SQUAD_MEMORY_LLM_API_KEY, SQUAD_MEMORY_LLM_MODEL, SQUAD_MEMORY_LLM_TIMEOUT:
   the LLM summarizer (squad_memory.summarizers.llm.summarize)
@@ -20,14 +31,41 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("SQUAD_MEMORY_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "demo-only-insecure-key-change-me")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set. With DJANGO_DEBUG=0 the demo needs a secret key of its "
+            "own, e.g. DJANGO_SECRET_KEY=$(python -c 'import secrets; "
+            "print(secrets.token_urlsafe(50))')"
+        )
+    SECRET_KEY = "demo-only-insecure-key-for-debug"
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """A boolean from the environment: 1/true/yes/on or 0/false/no/off."""
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+# HTTPS outside DEBUG: redirect, secure cookies, HSTS; each can be switched off.
+SECURE_SSL_REDIRECT = env_flag("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_flag("DJANGO_SECURE_COOKIES", not DEBUG)
+SECURE_HSTS_SECONDS = int(
+    os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0" if DEBUG else "31536000")
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = env_flag("DJANGO_SECURE_HSTS_PRELOAD", not DEBUG)
+if env_flag("DJANGO_SECURE_PROXY_SSL_HEADER", False):  # behind a proxy that terminates TLS
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -45,6 +83,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "squad_memory.api.errors.JSONErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -138,6 +177,15 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Requests per client; "none" switches a rate off. 429 answers carry Retry-After.
+    "DEFAULT_THROTTLE_RATES": {
+        scope: None if rate.lower() == "none" else rate
+        for scope, rate in (
+            ("anon", os.environ.get("API_THROTTLE_ANON", "30/minute")),
+            ("user", os.environ.get("API_THROTTLE_USER", "600/minute")),
+            ("squad_memory_compress", os.environ.get("API_THROTTLE_COMPRESS", "10/minute")),
+        )
+    },
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "squad_memory API",

@@ -50,6 +50,10 @@ DEFAULTS: dict[str, Any] = {
     # Retention: slots idle for more than this many days are deleted by the sweep and
     # squad_memory_purge; None keeps everything forever.
     "RETAIN_DAYS": None,
+    # Allow bidirectional controls and zero-width characters in ids (refused by default).
+    "ALLOW_INVISIBLE_IDS": False,
+    # API: seconds an Idempotency-Key (and the response it replays) is kept.
+    "IDEMPOTENCY_TTL": 24 * 60 * 60,
     # Shipped summarizers: the summary message's maximum length in characters (offline and LLM).
     "MAX_SUMMARY_CHARS": 4000,
     # The LLMSummarizer built from settings ("squad_memory.summarizers.llm.summarize").
@@ -185,6 +189,14 @@ class Settings:
     def retain_days(self) -> float | None:
         value = self.raw("RETAIN_DAYS")
         return None if value is None else float(value)
+
+    @property
+    def allow_invisible_ids(self) -> bool:
+        return bool(self.raw("ALLOW_INVISIBLE_IDS"))
+
+    @property
+    def idempotency_ttl(self) -> float:
+        return float(self.raw("IDEMPOTENCY_TTL"))
 
     def import_callable(self, name: str) -> Callable[..., Any]:
         """Resolve a dotted-path setting, with an error that names the setting."""

@@ -11,6 +11,7 @@ from typing import Any
 from agent_squad.types import ConversationMessage
 
 from squad_memory.exceptions import InvalidMessage, InvalidSlotKey, InvalidSummarizerOutput
+from squad_memory.validation import id_problem
 
 ROLES = ("user", "assistant")
 
@@ -60,15 +61,11 @@ def trim(messages: list[Any], max_history_size: int | None) -> list[Any]:
 
 
 def validate_key(user_id: Any, session_id: Any, agent_id: Any, max_length: int = 255) -> None:
+    """Raise :class:`InvalidSlotKey` for an id breaking the id rule (:func:`id_problem`)."""
     for name, value in (("user_id", user_id), ("session_id", session_id), ("agent_id", agent_id)):
-        if not isinstance(value, str) or not value:
-            raise InvalidSlotKey(f"{name} must be a non-empty string, got {value!r}.")
-        if len(value) > max_length:
-            raise InvalidSlotKey(
-                f"{name} is {len(value)} characters long; the limit is {max_length}."
-            )
-        if "\x00" in value:
-            raise InvalidSlotKey(f"{name} must not contain NUL characters.")
+        problem = id_problem(value, max_length)
+        if problem is not None:
+            raise InvalidSlotKey(f"{name} {problem}.")
 
 
 def to_dict(message: Any, *, error: type[ValueError] = InvalidMessage) -> MessageDict:

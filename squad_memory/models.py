@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from squad_memory.conf import app_settings
 from squad_memory.querysets import DJANGO_NAMESPACE, Outcome, SlotQuerySet, SlotState, ago
+from squad_memory.validation import visible
 
 __all__ = [
     "DJANGO_NAMESPACE",
@@ -120,7 +121,7 @@ class Slot(models.Model):
 
     def __str__(self) -> str:
         prefix = f"{self.namespace}:" if self.namespace else ""
-        return f"{prefix}{self.user_id}/{self.session_id}/{self.agent_id}"
+        return visible(f"{prefix}{self.user_id}/{self.session_id}/{self.agent_id}")
 
     @property
     def message_count(self) -> int:
@@ -270,3 +271,38 @@ class Compression(models.Model):
 
     def __str__(self) -> str:
         return f"{self.slot_id} {self.from_seq}..{self.to_seq} {self.outcome}"
+
+
+class IdempotencyKey(models.Model):
+    """The answer to a post sent with an ``Idempotency-Key`` header, replayed on its retries.
+
+    One row per requesting account and key, written in the transaction that stores the
+    messages, so a retry finds either nothing stored or the stored messages and their
+    answer. Rows older than ``IDEMPOTENCY_TTL`` are deleted by the sweep.
+    """
+
+    user = models.CharField(
+        _("user"), max_length=255, help_text=_("Primary key of the requesting account.")
+    )
+    key = models.CharField(_("idempotency key"), max_length=255)
+    request_hash = models.CharField(
+        _("request hash"),
+        max_length=64,
+        help_text=_("SHA-256 of the request's method, path and body."),
+    )
+    status = models.PositiveSmallIntegerField(_("response status"))
+    body = models.JSONField(_("response body"))
+    created_at = models.DateTimeField(_("created"))
+
+    class Meta:
+        verbose_name = _("idempotency key")
+        verbose_name_plural = _("idempotency keys")
+        constraints = [
+            models.UniqueConstraint(fields=["user", "key"], name="squad_memory_idem_user_key"),
+        ]
+        indexes = [
+            models.Index(fields=["created_at"], name="squad_memory_idem_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user}:{self.key}"

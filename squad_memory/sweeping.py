@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
-from squad_memory import compression, forgetting
+from squad_memory import compression, forgetting, idempotency
 from squad_memory.conf import app_settings
 from squad_memory.models import Slot
 from squad_memory.storage import get_storage
@@ -73,6 +73,7 @@ def sweep(*, activate: bool = False, limit: int | None = None) -> SweepReport:
                 dispatcher.dispatch(claimed, trigger="sweep")
                 report.activated += 1
     forgetting.purge()  # RETAIN_DAYS: drop slots idle for longer (no-op when unset)
+    idempotency.purge_expired()  # stored Idempotency-Key answers past IDEMPOTENCY_TTL
     logger.info(
         "Sweep compressed or enqueued %s slot(s), activated %s.", report.enqueued, report.activated
     )

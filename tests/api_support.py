@@ -14,13 +14,15 @@ from squad_memory.models import Slot
 from tests.conftest import msg
 
 WRITE_PERMS = ("add_message", "change_slot")
+#: What a staff user needs to read every user's slots, raw messages and compression errors.
+VIEW_PERMS = ("view_slot", "view_message", "view_compression")
 
 
 @dataclass
 class Users:
     owner: User
     other: User
-    staff: User
+    staff: User  # with the write and the view permissions
     reader: User  # no permissions: may only read their own slots
 
 

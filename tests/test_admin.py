@@ -711,3 +711,52 @@ def test_summarize_now_in_celery_mode_queues_the_compression(
     assert slot.state == "pending" and slot.active and not Compression.objects.exists()
     page = admin_client.get(url("slot_changelist"), {"state": "pending"})
     assert [s.pk for s in page.context["cl"].result_list] == [slot.pk]
+
+
+def test_slot_page_shows_the_transcript_and_the_log_only_with_their_permissions() -> None:
+    slot = active_slot()
+    log_compression(slot, output=[{"role": "user", "content": [{"text": "LOGGED-AFTER"}]}])
+    Message.objects.filter(slot=slot, seq=1).update(content=[{"text": "RAW-ONE"}])
+    pages = {}
+    for name, perms in {
+        "slots": ("view_slot",),
+        "messages": ("view_slot", "view_message"),
+        "log": ("view_slot", "view_compression"),
+    }.items():
+        client = Client()
+        client.force_login(staff(name, *perms))
+        response = client.get(url("slot_change", slot.pk) + "?page=1")
+        assert response.status_code == 200
+        pages[name] = response.content.decode()
+    assert "RAW-ONE" not in pages["slots"] and "SUMMARY-TEXT" not in pages["slots"]
+    assert "LOGGED-AFTER" not in pages["slots"] and "view compressions" in pages["slots"]
+    assert "RAW-ONE" in pages["messages"] and "LOGGED-AFTER" not in pages["messages"]
+    assert "LOGGED-AFTER" in pages["log"] and "RAW-ONE" not in pages["log"]
+
+
+def test_the_admin_shows_invisible_characters_in_ids(admin_client: Client) -> None:
+    slot = make_slot(2, user="\u200b\u200b", session="ticket-\u202e4321-gnp.exe", agent="a\u2066")
+    comp = log_compression(slot)
+    listing = admin_client.get(url("slot_changelist")).content.decode()
+    assert (
+        "ticket-&lt;U+202E&gt;4321-gnp.exe" in listing and "&lt;U+200B&gt;&lt;U+200B&gt;" in listing
+    )
+    assert "a&lt;U+2066&gt;" in listing and "\u202e" not in listing and "\u200b" not in listing
+    for address in (url("slot_change", slot.pk), url("compression_change", comp.pk)):
+        page = admin_client.get(address).content.decode()
+        assert "ticket-&lt;U+202E&gt;4321-gnp.exe" in page and "\u202e" not in page, address
+    messages = admin_client.get(url("message_changelist")).content.decode()
+    assert "&lt;U+2066&gt;" in messages and "\u2066" not in messages
+
+
+def test_export_needs_the_view_permissions_of_what_it_holds(editor_client: Client) -> None:
+    slot = active_slot()
+    page = editor_client.get(url("slot_change", slot.pk)).content.decode()
+    assert url("slot_reset", slot.pk) in page and url("slot_export", slot.pk) not in page
+    assert editor_client.get(url("slot_export", slot.pk)).status_code == 403
+    assert editor_client.post(url("slot_export", slot.pk)).status_code == 403
+    listing = editor_client.get(url("slot_changelist")).content.decode()
+    assert "reset_selected" in listing and "export_selected" not in listing
+    full = Client()
+    full.force_login(staff("auditor", "change_slot", "view_message", "view_compression"))
+    assert full.post(url("slot_export", slot.pk)).status_code == 200

@@ -125,10 +125,58 @@ def test_posting_and_managing_are_separate_permissions(users: Users) -> None:
 
 def test_staff_write_needs_the_permission_too(users: Users) -> None:
     slot = fill(users.owner, 2)
-    plain_staff = make_user("plainstaff", staff=True, perms=())
-    client = client_for(plain_staff)
+    viewing_staff = make_user("viewingstaff", staff=True, perms=("view_slot",))
+    client = client_for(viewing_staff)
     assert client.get(f"/api/slots/{slot.pk}/").status_code == 200
     assert client.post(f"/api/slots/{slot.pk}/reset/").status_code == 403
+    assert Slot.objects.get(pk=slot.pk).last_seq == 2
+
+
+def _reads(client: Any, slot: Slot) -> dict[str, int]:
+    return {
+        "list": len(client.get("/api/slots/").json()["results"]),
+        "retrieve": client.get(f"/api/slots/{slot.pk}/").status_code,
+        "messages": client.get(f"/api/slots/{slot.pk}/messages/").status_code,
+        "buffer": client.get(f"/api/slots/{slot.pk}/buffer/").status_code,
+        "history": client.get(f"/api/sessions/s1/history/?user_id={slot.user_id}").status_code,
+    }
+
+
+@pytest.mark.parametrize(
+    ("perms", "expected"),
+    [
+        ((), {"list": 1, "retrieve": 404, "messages": 404, "buffer": 404, "history": 404}),
+        (
+            ("view_slot",),
+            {"list": 2, "retrieve": 200, "messages": 403, "buffer": 403, "history": 404},
+        ),
+        (
+            ("view_slot", "view_message"),
+            {"list": 2, "retrieve": 200, "messages": 200, "buffer": 200, "history": 200},
+        ),
+        (
+            ("change_slot", "change_message"),  # as in the admin, change includes view
+            {"list": 2, "retrieve": 200, "messages": 200, "buffer": 200, "history": 200},
+        ),
+    ],
+)
+def test_staff_read_other_users_data_with_the_admin_view_permissions(
+    users: Users, perms: tuple[str, ...], expected: dict[str, int]
+) -> None:
+    slot = fill(users.owner, 4)
+    member = make_user("member", staff=True, perms=perms)
+    own = fill(member, 2)
+    client = client_for(member)
+    assert _reads(client, slot) == expected
+    # Whatever the permissions, a staff user reads their own conversations like anyone.
+    assert set(_reads(client, own).values()) <= {1, 2, 200}
+
+
+def test_end_users_keep_reading_their_own_slots_without_permissions(users: Users) -> None:
+    slot = fill(users.reader, 4)
+    fill(users.owner, 2)
+    got = _reads(client_for(users.reader), slot)
+    assert got == {"list": 1, "retrieve": 200, "messages": 200, "buffer": 200, "history": 200}
 
 
 def email_user_id(user: User) -> str:

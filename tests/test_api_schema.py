@@ -12,6 +12,7 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
+from rest_framework.settings import api_settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.api_support import fill, make_user
@@ -31,7 +32,16 @@ def wsgi_app(db: Any) -> Iterator[WSGIHandler]:
 
 
 @pytest.fixture
-def token(db: Any) -> str:
+def unthrottled(settings: Any) -> Iterator[None]:
+    """No rates: the fuzzer sends hundreds of requests a minute (throttling has its own
+    tests, and 429 is in the schema anyway)."""
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {}}
+    yield
+    api_settings.reload()
+
+
+@pytest.fixture
+def token(db: Any, unthrottled: None) -> str:
     user = make_user("fuzzer")
     fill(user, 6)
     fill(make_user("bystander"), 4, session="theirs")

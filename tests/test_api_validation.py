@@ -251,3 +251,77 @@ def test_bad_paging_of_messages(users: Users, query: str, field: str) -> None:
     endpoint = "buffer" if query.startswith("max_history_size") else "messages"
     response = client.get(f"/api/slots/{slot.pk}/{endpoint}/?{query}")
     assert response.status_code == 400 and (not field or field in response.json())
+
+
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        (body(timestamp=1), [("timestamp",)]),
+        (body(seq=3, foo="x"), [("foo",), ("seq",)]),
+        (body(message={**one("user", "x"), "timestamp": 5}), [("message", "timestamp")]),
+        (
+            body(message=None, messages=[one("user", "a"), {**one("assistant", "b"), "seq": 2}]),
+            [("messages", "1", "seq")],
+        ),
+    ],
+)
+def test_unknown_fields_are_400_naming_them(
+    users: Users, data: dict[str, Any], where: list[tuple[str, ...]]
+) -> None:
+    response = post(client_for(users.owner), data)
+    assert response.status_code == 400
+    for path in where:  # every unknown field is named, not only the first
+        errors: Any = response.json()
+        for key in path:
+            errors = errors[key]
+        assert "Unknown field" in str(errors)
+    assert_nothing_stored()
+
+
+def _compact(message: dict[str, Any]) -> int:
+    return len(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def test_message_size_is_measured_on_compact_json(users: Users) -> None:
+    # Many small numbers: padded JSON (", " and ": ") is half as large again as compact JSON.
+    limit = 64 * 1024
+    message = {"role": "user", "content": [{"n": [0] * 32000, "text": ""}]}
+    message["content"][0]["text"] = "é" * ((limit - _compact(message)) // 2)
+    if _compact(message) < limit:
+        message["content"][0]["text"] += "x"
+    assert _compact(message) == limit and len(json.dumps(message).encode()) > limit * 1.4
+    client = client_for(users.owner)
+    assert post(client, body(message=message)).status_code == 201
+    message["content"][0]["text"] += "x"
+    too_big = post(client, body(message=message))
+    assert too_big.status_code == 400
+    assert f"{limit + 1} bytes of compact JSON" in str(too_big.json()["message"])
+
+
+INVISIBLE = [
+    "\u202a",
+    "\u202e",
+    "\u2066",
+    "\u2069",
+    "\u200b",
+    "\u200c",
+    "\u200d",
+    "\u2060",
+    "\ufeff",
+]
+
+
+@pytest.mark.parametrize("char", INVISIBLE)
+@pytest.mark.parametrize("field", ["session_id", "agent_id"])
+def test_ids_with_invisible_characters_are_400(users: Users, field: str, char: str) -> None:
+    response = post(client_for(users.owner), body(**{field: f"ticket-{char}4321-gnp.exe"}))
+    assert response.status_code == 400 and "zero-width" in str(response.json()[field])
+    assert_nothing_stored()
+
+
+def test_invisible_characters_in_ids_can_be_allowed(users: Users) -> None:
+    client = client_for(users.owner)
+    with override_settings(SQUAD_MEMORY={"ALLOW_INVISIBLE_IDS": True}):
+        assert post(client, body(session_id="ticket-\u202e4321-gnp.exe")).status_code == 201
+    history = client.get("/api/sessions/ticket-\u202e4321-gnp.exe/history/")
+    assert history.status_code == 400 and "session_id" in history.json()

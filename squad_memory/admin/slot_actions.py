@@ -30,6 +30,7 @@ from django.utils.translation import gettext_lazy as _
 
 from squad_memory.actions import Result, export, reset, summarize
 from squad_memory.models import Slot
+from squad_memory.permissions import COMPRESSION, MESSAGE, can_view
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,18 @@ class SlotActionsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return [
             (a.label, reverse("{}:{}_{}_{}".format(site, *info, a.name), args=[slot.pk]))
             for a in SLOT_ACTIONS.values()
+            if a.name != "export" or self.has_export_permission(request)
         ]
+
+    def has_export_permission(self, request: HttpRequest, obj: Slot | None = None) -> bool:
+        """An export holds the raw history and the compression log: it needs their view
+        permissions besides ``change_slot``."""
+        user = request.user
+        return (
+            self.has_change_permission(request, obj)
+            and can_view(user, MESSAGE)
+            and can_view(user, COMPRESSION)
+        )
 
     def slot_action_view(
         self, request: HttpRequest, object_id: str, action: str
@@ -114,6 +126,8 @@ class SlotActionsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if slot is None:
             raise Http404(f"No slot with id {object_id!r}.")
         if not self.has_change_permission(request, slot):
+            raise PermissionDenied
+        if action == "export" and not self.has_export_permission(request, slot):
             raise PermissionDenied
         if request.method == "POST":
             response = self.run_slot_action(request, action, [slot])
@@ -196,7 +210,7 @@ class SlotActionsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     ) -> HttpResponseBase | None:
         return self._bulk(request, "reset", queryset)
 
-    @admin.action(description=_("Export as JSON"), permissions=["change"])
+    @admin.action(description=_("Export as JSON"), permissions=["export"])
     def export_selected(
         self, request: HttpRequest, queryset: QuerySet[Slot]
     ) -> HttpResponseBase | None:

@@ -13,11 +13,13 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
+from squad_memory.admin.ids import VisibleIdsAdmin, VisibleValuesFilter
 from squad_memory.admin.search import SlotSearchAdmin, transcript_search
 from squad_memory.admin.slot_actions import SlotActionsAdmin
 from squad_memory.admin.slot_delete import SlotDeleteAdmin
 from squad_memory.conf import app_settings
 from squad_memory.models import Slot, SlotState
+from squad_memory.permissions import COMPRESSION, MESSAGE, can_view
 
 #: The admin's words for each state (the model's own labels).
 STATE_LABELS = dict(SlotState.choices)
@@ -83,31 +85,31 @@ def _or_default(value: int | None, default: int) -> int:
 
 
 @admin.register(Slot)
-class SlotAdmin(SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAdmin):
+class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAdmin):
     """Every conversation, with its raw history and its summary buffer side by side."""
 
     form = SlotForm
     actions = ["summarize_selected", "reset_selected", "export_selected"]
     change_form_template = "admin/squad_memory/slot/change_form.html"
     list_display = [
-        "user_id",
-        "session_id",
-        "agent_id",
+        "visible_user_id",
+        "visible_session_id",
+        "visible_agent_id",
         "message_count",
         "buffer_length",
         "state_label",
         "updated_at",
     ]
-    list_filter = ["agent_id", StateFilter, "updated_at"]
+    list_filter = [("agent_id", VisibleValuesFilter), StateFilter, "updated_at"]
     search_fields = ["user_id", "session_id", "agent_id"]
     date_hierarchy = "updated_at"
     ordering = ["-updated_at", "-id"]
     list_per_page = 50
     readonly_fields = [
         "namespace",
-        "user_id",
-        "session_id",
-        "agent_id",
+        "visible_user_id",
+        "visible_session_id",
+        "visible_agent_id",
         "state_label",
         "message_count",
         "buffer_length",
@@ -119,7 +121,15 @@ class SlotAdmin(SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAdmin):
         "updated_at",
     ]
     fieldsets = [
-        (None, {"fields": ["namespace", ("user_id", "session_id", "agent_id")]}),
+        (
+            None,
+            {
+                "fields": [
+                    "namespace",
+                    ("visible_user_id", "visible_session_id", "visible_agent_id"),
+                ]
+            },
+        ),
         (
             _("Buffer"),
             {
@@ -187,25 +197,35 @@ class SlotAdmin(SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAdmin):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def slot_page_context(self, request: HttpRequest, slot: Slot) -> dict[str, Any]:
-        """The transcript, the buffer and the compression log (an overridable hook)."""
+        """The transcript, the buffer and the compression log (an overridable hook).
+
+        The raw history and the buffer need ``view_message``, the compression log
+        ``view_compression``, as on their own admin pages.
+        """
+        context: dict[str, Any] = {
+            "slot": slot,
+            "state_label": STATE_LABELS[slot.state],
+            "show_messages": can_view(request.user, MESSAGE),
+            "show_compressions": can_view(request.user, COMPRESSION),
+            "slot_actions": self.slot_action_links(request, slot),
+        }
+        if context["show_messages"]:
+            context["page"] = self._raw_page(request, slot)
+            context["buffer"] = transcript.buffer_view(slot, self.buffer_display_limit)
+            context["search"] = transcript_search(request, slot, self.search_hit_limit)
+        if context["show_compressions"]:
+            log, more = transcript.compression_log(slot, self.compression_log_limit)
+            context.update(compressions=log, more_compressions=more)
+            context["compression_log_url"] = self._compression_log_url(slot)
+        return context
+
+    def _raw_page(self, request: HttpRequest, slot: Slot) -> transcript.Page:
         size = self.transcript_page_size
         number = _int(request.GET.get("page"), 0)
         seq = _int(request.GET.get("seq"), 0)
         if seq:
             number = transcript.page_of(seq, size)
-        page = transcript.raw_page(slot, number or transcript.page_count(slot, size), size)
-        log, more = transcript.compression_log(slot, self.compression_log_limit)
-        return {
-            "slot": slot,
-            "state_label": STATE_LABELS[slot.state],
-            "page": page,
-            "buffer": transcript.buffer_view(slot, self.buffer_display_limit),
-            "compressions": log,
-            "more_compressions": more,
-            "compression_log_url": self._compression_log_url(slot),
-            "slot_actions": self.slot_action_links(request, slot),
-            "search": transcript_search(request, slot, self.search_hit_limit),
-        }
+        return transcript.raw_page(slot, number or transcript.page_count(slot, size), size)
 
     def _compression_log_url(self, slot: Slot) -> str:
         url = reverse(f"{self.admin_site.name}:squad_memory_compression_changelist")

@@ -7,18 +7,17 @@ checked and used without it.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 
 from squad_memory.conf import app_settings
 from squad_memory.models import Slot, SlotQuerySet
+from squad_memory.permissions import SLOT, can_view_all
+from squad_memory.validation import id_problem
 
 logger = logging.getLogger(__name__)
 
-#: Characters an id may not contain: C0 and C1 control characters, DEL, and surrogates.
-FORBIDDEN_ID_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 NO_IDENTITY = (
     "Your account has no conversation identity (SQUAD_MEMORY['USER_ID_RESOLVER'] gave no "
     "usable user_id for it)."
@@ -43,28 +42,27 @@ def user_id_for(user: Any) -> str:
         logger.exception("USER_ID_RESOLVER failed for user %r", getattr(user, "pk", None))
         raise PermissionDenied(NO_IDENTITY) from exc
     user_id = "" if value is None else str(value)
-    if not _valid_id(user_id):
+    if id_problem(user_id) is not None:
         raise PermissionDenied(NO_IDENTITY)
     return user_id
 
 
-def _valid_id(value: str) -> bool:
-    return 0 < len(value) <= app_settings.max_id_length and not FORBIDDEN_ID_CHARS.search(value)
-
-
-def sees_everything(user: Any) -> bool:
-    """Staff see every user's slots and may name any ``user_id``."""
-    return bool(getattr(user, "is_staff", False))
-
-
 def visible_slots(user: Any, namespace: str) -> SlotQuerySet:
-    """The slots of ``namespace`` that ``user`` may see: their own, or all for staff."""
+    """The slots of ``namespace`` that ``user`` may see: their own, or all for staff with
+    ``view_slot`` (or ``change_slot``), as in the admin."""
     slots = Slot.objects.filter(namespace=namespace)
-    if sees_everything(user):
+    if can_view_all(user, SLOT):
         return slots
     return slots.filter(user_id=user_id_for(user))
 
 
+def may_read(user: Any, user_id: str, model_name: str) -> bool:
+    """Whether ``user`` may read the ``model_name`` rows (``slot``, ``message``,
+    ``compression``) of ``user_id``'s slots: their own, or as staff with its view permission."""
+    return can_view_all(user, model_name) or user_id == user_id_for(user)
+
+
 def may_act_as(user: Any, user_id: str) -> bool:
-    """Whether ``user`` may read or write the slots of ``user_id``."""
-    return sees_everything(user) or user_id == user_id_for(user)
+    """Whether ``user`` may write for ``user_id`` (the write's own permission is checked
+    apart): their own id, or any as staff."""
+    return bool(getattr(user, "is_staff", False)) or user_id == user_id_for(user)

@@ -25,7 +25,7 @@ DELETE_PERMISSION = "squad_memory.delete_slot"
 
 def may_delete(user: Any, user_id: str) -> bool:
     """Whether ``user`` may delete the conversations of ``user_id``."""
-    if access.sees_everything(user) and user.has_perm(DELETE_PERMISSION):
+    if getattr(user, "is_staff", False) and user.has_perm(DELETE_PERMISSION):
         return True
     return user_id == access.user_id_for(user)
 

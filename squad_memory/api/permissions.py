@@ -1,9 +1,11 @@
-"""Permissions of the API: reading needs only a login, writing needs a model permission.
+"""Permissions of the API: the admin's model permissions, and ownership for end users.
 
 - Reading (``GET``): any authenticated user, for the slots they own (see
-  :mod:`squad_memory.api.access`); staff read every slot. Ownership is the read
-  permission, so a chat frontend needs no extra grants to show a user their
-  conversations.
+  :mod:`squad_memory.api.access`). Ownership is the read permission, so a chat
+  frontend needs no extra grants to show a user their conversations. Staff read
+  other users' data with the admin's view permissions (:mod:`squad_memory.permissions`):
+  slots with ``view_slot``, raw messages, buffers and histories with ``view_message``,
+  summarizer error details with ``view_compression``.
 - Posting messages: the ``squad_memory.add_message`` permission.
 - Compressing or resetting a buffer: the ``squad_memory.change_slot`` permission.
 

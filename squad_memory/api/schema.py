@@ -8,7 +8,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework.serializers import Serializer
 
-from squad_memory.api.serializers import ID_PATTERN, ErrorSerializer
+from squad_memory.api.serializers import ErrorSerializer, SummarizerErrorSerializer
+from squad_memory.validation import ID_PATTERN
 
 SLOT_ID = OpenApiParameter(
     "id", {"type": "integer", "minimum": 1}, OpenApiParameter.PATH, description="The slot's id."
@@ -33,14 +34,21 @@ ERRORS: dict[int, OpenApiResponse] = {
     ),
     413: OpenApiResponse(ErrorSerializer, description="The request body is too large."),
     415: OpenApiResponse(ErrorSerializer, description="The body is not application/json."),
+    422: OpenApiResponse(
+        ErrorSerializer, description="The Idempotency-Key was used for a different request."
+    ),
+    429: OpenApiResponse(
+        ErrorSerializer, description="Too many requests; retry after Retry-After seconds."
+    ),
     502: OpenApiResponse(
-        ErrorSerializer,
-        description="The summarizer failed; anything the request stored stays stored.",
+        SummarizerErrorSerializer,
+        description="The summarizer failed; anything the request stored stays stored. The "
+        "error itself is shown to staff with view_compression; error_id names its log row.",
     ),
     503: OpenApiResponse(
         ErrorSerializer,
-        description="A service the request needs (the broker, the database) did not answer; "
-        "retry after the Retry-After header's seconds.",
+        description="A service the request needs (the database, or the broker for a "
+        "compression) did not answer; retry after Retry-After seconds.",
     ),
 }
 
@@ -52,6 +60,8 @@ def errors(success: dict[int, Any], *codes: int) -> dict[int, Any]:
         responses[code] = ERRORS[code]
     if 400 in codes and 413 in codes:
         responses[415] = ERRORS[415]
+    for code in (429, 503):  # any request may be throttled or meet a database outage
+        responses[code] = ERRORS[code]
     return responses
 
 

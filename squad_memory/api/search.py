@@ -7,11 +7,11 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from squad_memory.api.access import FORBIDDEN_ID_CHARS
 from squad_memory.api.pagination import _IntegerCursorPagination
-from squad_memory.api.serializers import ID_PATTERN, IdField
+from squad_memory.api.serializers import IdField
 from squad_memory.models import Message
 from squad_memory.search import MAX_QUERY_LENGTH, excerpt
+from squad_memory.validation import CONTROL_CHARS, ID_PATTERN
 
 
 @extend_schema_field(
@@ -27,7 +27,7 @@ class QueryField(serializers.CharField):
 
     def to_internal_value(self, data: Any) -> str:
         value = str(super().to_internal_value(data))
-        if FORBIDDEN_ID_CHARS.search(value):
+        if CONTROL_CHARS.search(value):
             raise serializers.ValidationError("Must not contain control characters.")
         return value
 

@@ -2,37 +2,45 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from squad_memory.api.access import FORBIDDEN_ID_CHARS
 from squad_memory.conf import app_settings
 from squad_memory.messages import ROLES
 from squad_memory.models import Message, Outcome, Slot, SlotState
+from squad_memory.validation import ID_PATTERN, id_problem, json_size
 
 #: Nesting depth allowed inside a message's content and citations.
 MAX_DEPTH = 32
 
 
-#: The same rule as FORBIDDEN_ID_CHARS for the OpenAPI schema.
-ID_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f\\ud800-\\udfff]+$"
-
-
 def check_id(value: str) -> None:
-    """An id is 1..MAX_ID_LENGTH characters, none a control character or a lone surrogate."""
-    limit = app_settings.max_id_length
-    if not value:
-        raise serializers.ValidationError("Must not be empty.")
-    if len(value) > limit:
-        raise serializers.ValidationError(f"Must be at most {limit} characters long.")
-    if FORBIDDEN_ID_CHARS.search(value):
-        raise serializers.ValidationError(
-            "Must not contain control characters (NUL, tab, newline...) or lone surrogates."
-        )
+    """An id follows the id rule of :func:`squad_memory.validation.id_problem`."""
+    problem = id_problem(value)
+    if problem is not None:
+        raise serializers.ValidationError(f"{problem[0].upper()}{problem[1:]}.")
+
+
+class StrictSerializer(serializers.Serializer[dict[str, Any]]):
+    """Refuses fields it does not declare (``timestamp``, ``seq``...) instead of ignoring them."""
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, dict):
+            unknown = sorted(str(key) for key in data if key not in self.fields)
+            if unknown:
+                raise serializers.ValidationError(
+                    {
+                        key: ["Unknown field; the accepted fields are " + self._known() + "."]
+                        for key in unknown
+                    }
+                )
+        return dict(super().to_internal_value(data))
+
+    def _known(self) -> str:
+        return ", ".join(name for name, field in self.fields.items() if not field.read_only)
 
 
 @extend_schema_field({"type": "string", "minLength": 1, "maxLength": 255, "pattern": ID_PATTERN})
@@ -83,7 +91,7 @@ def _check_text(text: str) -> None:
         raise serializers.ValidationError("Strings must not contain lone surrogates.") from exc
 
 
-class MessageInSerializer(serializers.Serializer[dict[str, Any]]):
+class MessageInSerializer(StrictSerializer):
     """One conversation message as a client sends it."""
 
     role = serializers.ChoiceField(choices=list(ROLES))
@@ -106,11 +114,11 @@ class MessageInSerializer(serializers.Serializer[dict[str, Any]]):
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        size = len(json.dumps(attrs, ensure_ascii=False).encode("utf-8"))
+        size = json_size(attrs)
         limit = app_settings.max_message_bytes
         if size > limit:
             raise serializers.ValidationError(
-                f"The message is {size} bytes of JSON; the limit is {limit}."
+                f"The message is {size} bytes of compact JSON; the limit is {limit}."
             )
         return {
             "role": attrs["role"],
@@ -119,7 +127,7 @@ class MessageInSerializer(serializers.Serializer[dict[str, Any]]):
         }
 
 
-class PostMessagesSerializer(serializers.Serializer[dict[str, Any]]):
+class PostMessagesSerializer(StrictSerializer):
     """``message`` (one, with the role rule) or ``messages`` (a batch, stored as given)."""
 
     user_id = IdField(required=False, help_text="Staff only; defaults to the requesting user's.")
@@ -269,3 +277,10 @@ class CompressResultSerializer(serializers.Serializer[dict[str, Any]]):
 
 class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
     detail = serializers.CharField()
+
+
+class SummarizerErrorSerializer(ErrorSerializer):
+    error_id = serializers.IntegerField(
+        allow_null=True,
+        help_text="The compression log row of the failure (quote it when reporting the error).",
+    )

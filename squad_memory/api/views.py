@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from agent_squad.types import ConversationMessage
 from django.db import transaction
@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 import squad_memory
 from squad_memory import compression, search
-from squad_memory.api import access, schema
+from squad_memory.api import access, errors, idempotent, schema
 from squad_memory.api.deletion import SlotDeleteMixin
 from squad_memory.api.pagination import MessageCursorPagination, SlotCursorPagination
 from squad_memory.api.parsers import LimitedJSONParser
@@ -40,8 +40,11 @@ from squad_memory.api.serializers import (
     UserQuerySerializer,
     check_id,
 )
+from squad_memory.api.throttling import COMPRESS_SCOPE, THROTTLE_CLASSES
 from squad_memory.exceptions import InvalidMessage, InvalidSlotKey, SummarizerError
+from squad_memory.idempotency import Answer
 from squad_memory.models import Message, Outcome, Slot
+from squad_memory.permissions import MESSAGE
 from squad_memory.storage import SummarizingChatStorage
 
 SLOT_ID = re.compile(r"[0-9]{1,18}")
@@ -91,8 +94,19 @@ COMPRESS_STATUS = {
 }
 
 
+def summarizer_failed(
+    request: Request, failure: str, error: object, slots: QuerySet[Slot]
+) -> SummarizerFailed:
+    """The 502 of a failed compression: see :func:`errors.summarizer_failure`."""
+    exc = SummarizerFailed()
+    exc.detail = cast(Any, errors.summarizer_failure(request, failure, error, slots))
+    return exc
+
+
 @contextmanager
-def storage_errors(failure: str = "The summarizer failed") -> Iterator[None]:
+def storage_errors(
+    request: Request, slots: QuerySet[Slot], failure: str = "The summarizer failed"
+) -> Iterator[None]:
     """The storage's refusals as answers: a key or message it refuses (for instance one
     stored before a stricter limit) is the client's 400; a failing summarizer is a 502."""
     try:
@@ -100,7 +114,7 @@ def storage_errors(failure: str = "The summarizer failed") -> Iterator[None]:
     except (InvalidSlotKey, InvalidMessage) as exc:
         raise ValidationError({"non_field_errors": [str(exc)]}) from exc
     except SummarizerError as exc:
-        raise SummarizerFailed(f"{failure}: {exc}") from exc
+        raise summarizer_failed(request, failure, exc, slots) from exc
 
 
 def query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
@@ -123,6 +137,18 @@ class ApiMixin(APIView):
     permission_classes = [SlotAccess]
     parser_classes = [LimitedJSONParser]
     renderer_classes = [SafeJSONRenderer, JSONFirstBrowsableAPIRenderer]
+    throttle_classes = THROTTLE_CLASSES
+
+    def get_exception_handler(self) -> Callable[..., Any]:
+        return errors.exception_handler
+
+    def check_permissions(self, request: Request) -> None:
+        # Throttle first, so that anonymous clients (who get 401) are limited too.
+        super().check_throttles(request)
+        super().check_permissions(request)
+
+    def check_throttles(self, request: Request) -> None:
+        """Done at the start of :meth:`check_permissions`."""
 
 
 @extend_schema_view(
@@ -168,6 +194,20 @@ class SlotViewSet(
             raise NotFound()
         return super().get_object()
 
+    @property
+    def throttle_scope(self) -> str | None:
+        return COMPRESS_SCOPE if getattr(self, "action", None) == "compress" else None
+
+    def get_readable_object(self, model_name: str) -> Slot:
+        """The slot, if the user may also read its ``model_name`` rows (403 otherwise)."""
+        slot = self.get_object()
+        if not access.may_read(self.request.user, slot.user_id, model_name):
+            raise PermissionDenied(
+                f"Reading another user's {model_name}s needs the "
+                f"squad_memory.view_{model_name} permission."
+            )
+        return slot
+
     def get_queryset(self) -> QuerySet[Slot]:
         slots = access.visible_slots(self.request.user, storage().namespace)
         if self.action == "list":
@@ -183,7 +223,7 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["get"], pagination_class=MessageCursorPagination)
     def messages(self, request: Request, pk: str | None = None) -> Response:
-        slot = self.get_object()
+        slot = self.get_readable_object(MESSAGE)
         rows: Any = Message.objects.filter(slot_id=slot.pk)  # a queryset of another model
         if words := query(MessageFilterSerializer, request).get("q"):
             rows = search.matching(rows, words)
@@ -201,9 +241,9 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def buffer(self, request: Request, pk: str | None = None) -> Response:
-        slot = self.get_object()
+        slot = self.get_readable_object(MESSAGE)
         size = query(BufferQuerySerializer, request).get("max_history_size")
-        with storage_errors():
+        with storage_errors(request, Slot.objects.filter(pk=slot.pk)):
             messages = storage().fetch_chat_sync(slot.user_id, slot.session_id, slot.agent_id, size)
         slot.refresh_from_db(fields=["active"])  # the fetch may have activated it
         data = {"slot": slot.pk, "active": bool(slot.active), "messages": as_dicts(messages)}
@@ -215,12 +255,14 @@ class SlotViewSet(
         "repeating the last role is skipped). messages: a batch stored as given, like "
         "save_chat_messages. A rejected request stores nothing.",
         request=PostMessagesSerializer,
+        parameters=[idempotent.PARAMETER],
         responses=schema.errors(
             {201: PostResultSerializer, 200: schema.skipped(PostResultSerializer)},
             400,
             401,
             403,
             413,
+            422,
             502,
         ),
     )
@@ -230,20 +272,26 @@ class SlotViewSet(
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         user_id = user_id_param(request, data.get("user_id"))
+        key = {"user_id": user_id, "session_id": data["session_id"], "agent_id": data["agent_id"]}
+        slots = Slot.objects.filter(namespace=storage().namespace, **key)
+        failure = "The messages were stored, but the summarizer failed"
+        with storage_errors(request, slots, failure):
+            return idempotent.respond(request, lambda: self._save(data, user_id))
+
+    def _save(self, data: dict[str, Any], user_id: str) -> Answer:
         single = "message" in data
-        with storage_errors("The messages were stored, but the summarizer failed"):
-            result = storage().save_messages_detailed(
-                user_id,
-                data["session_id"],
-                data["agent_id"],
-                [data["message"]] if single else data["messages"],
-                check_role=single,
-                max_history_size=data.get("max_history_size"),
-            )
+        result = storage().save_messages_detailed(
+            user_id,
+            data["session_id"],
+            data["agent_id"],
+            [data["message"]] if single else data["messages"],
+            check_role=single,
+            max_history_size=data.get("max_history_size"),
+        )
         result.slot.refresh_from_db()
         body = {"slot": result.slot, "stored": result.rows, "skipped": result.skipped}
         code = status.HTTP_200_OK if result.skipped else status.HTTP_201_CREATED
-        return Response(PostResultSerializer(body, context={"slot": result.slot}).data, status=code)
+        return Answer(code, PostResultSerializer(body, context={"slot": result.slot}).data)
 
     @extend_schema(
         summary="Compress the buffer now",
@@ -258,10 +306,11 @@ class SlotViewSet(
     @action(detail=True, methods=["post"], pagination_class=None)
     def compress(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_object()
-        with storage_errors():
+        this = Slot.objects.filter(pk=slot.pk)
+        with storage_errors(request, this):
             result = storage().compress_now(slot.user_id, slot.session_id, slot.agent_id)
         if result.error is not None:
-            raise SummarizerFailed(f"The summarizer failed: {result.error}")
+            raise summarizer_failed(request, "The summarizer failed", result.error, this)
         if result.outcome == Outcome.NOT_QUEUED:
             raise BrokerUnavailable(f"The compression could not be queued: {result.detail}")
         slot.refresh_from_db()
@@ -300,10 +349,11 @@ class SessionHistoryView(ApiMixin, APIView):
         except ValidationError as exc:
             raise ValidationError({"session_id": exc.detail}) from exc
         given = query(UserQuerySerializer, request).get("user_id")
-        if given is not None and not access.may_act_as(request.user, given):
+        if given is not None and not access.may_read(request.user, given, MESSAGE):
             raise NotFound()
         user_id = given or access.user_id_for(request.user)
-        with storage_errors():
+        slots = access.visible_slots(request.user, storage().namespace)
+        with storage_errors(request, slots.filter(user_id=user_id, session_id=session_id)):
             messages = storage().fetch_all_chats_sync(user_id, session_id)
         data = {"user_id": user_id, "session_id": session_id, "messages": as_dicts(messages)}
         return Response(HistorySerializer(data).data)

@@ -1,0 +1,69 @@
+"""Throttling: per-user, anonymous and compress rates; 429 is JSON with Retry-After."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from rest_framework.settings import api_settings
+from rest_framework.test import APIClient
+
+from squad_memory.api.throttling import COMPRESS_SCOPE
+from tests.api_support import Users, client_for, fill
+
+pytest_plugins = ["tests.api_fixtures"]
+
+
+@pytest.fixture
+def rates(settings: Any) -> Any:
+    """Small rates for the test, restored afterwards (DRF caches its settings)."""
+
+    def use(**rates: str | None) -> None:
+        settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
+        cache.clear()
+
+    yield use
+    api_settings.reload()
+
+
+def assert_throttled(response: Any) -> None:
+    assert response.status_code == 429
+    assert response["Content-Type"].startswith("application/json")
+    assert "throttled" in response.json()["detail"].lower()
+    assert int(response["Retry-After"]) > 0
+
+
+def test_per_user_rate(users: Users, rates: Any) -> None:
+    rates(user="3/minute", anon=None)
+    owner, other = client_for(users.owner), client_for(users.other)
+    assert [owner.get("/api/slots/").status_code for _ in range(3)] == [200] * 3
+    assert_throttled(owner.get("/api/slots/"))
+    assert other.get("/api/slots/").status_code == 200  # counted per user
+
+
+def test_anonymous_rate_applies_before_the_401(db: Any, rates: Any) -> None:
+    rates(anon="2/minute", user=None)
+    client = APIClient()
+    assert [client.get("/api/slots/").status_code for _ in range(2)] == [401, 401]
+    assert_throttled(client.get("/api/slots/"))
+
+
+def test_compress_has_its_own_scope(users: Users, rates: Any) -> None:
+    rates(user="100/minute", anon=None, **{COMPRESS_SCOPE: "1/minute"})
+    slot = fill(users.owner, 4)
+    client = client_for(users.owner)
+    assert client.post(f"/api/slots/{slot.pk}/compress/").status_code == 200
+    assert_throttled(client.post(f"/api/slots/{slot.pk}/compress/"))
+    assert client.post(f"/api/slots/{slot.pk}/reset/").status_code == 200  # others still pass
+
+
+def test_no_configured_rate_means_no_throttling(users: Users, rates: Any) -> None:
+    rates()
+    client = client_for(users.owner)
+    assert {client.get("/api/slots/").status_code for _ in range(20)} == {200}
+
+
+def test_the_demo_project_defines_every_rate() -> None:
+    configured = api_settings.DEFAULT_THROTTLE_RATES
+    assert {"user", "anon", COMPRESS_SCOPE} <= set(configured)
