@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -34,6 +35,9 @@ class Runner:
             DJANGO_SETTINGS_MODULE="bench.settings",
             DATABASE_URL=self.databases.get(database, self.databases["sqlite"]),
             DJANGO_DEBUG="0",
+            # The demo settings outside DEBUG need a key of their own; one for the run.
+            DJANGO_SECRET_KEY=os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
+            DJANGO_SECURE_SSL_REDIRECT="0",
             SQUAD_MEMORY_VAR_DIR=str(self.work),
             CELERY_BROKER_URL=services.REDIS_URL,
             BENCH_SUMMARIZER_SLEEP="0",

@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from squad_memory import __version__, buffer, compression
+from squad_memory.compression import log
 from squad_memory.exceptions import SquadMemoryError
 from squad_memory.models import DJANGO_NAMESPACE, Compression, Message, Outcome, Slot
 from squad_memory.storage import get_storage
@@ -181,13 +182,7 @@ def _slot_parts(slot: Slot) -> Iterator[str]:
     yield ', "state": ' + _dumps(slot.state)
     yield ', "summary": ' + _dumps(slot.summary)
     yield ', "buffer": ' + _dumps(current_buffer(slot))
-    yield ', "compressions": ' + _dumps(
-        list(
-            Compression.objects.filter(slot=slot)
-            .order_by("started_at", "id")
-            .values(*_COMPRESSION_FIELDS)
-        )
-    )
+    yield ', "compressions": ' + _dumps(_compressions(slot))
     yield ', "messages": ['
     rows = Message.objects.filter(slot=slot).order_by("seq")
     values = rows.values("seq", "role", "content", "citations", "timestamp")
@@ -195,6 +190,24 @@ def _slot_parts(slot: Slot) -> Iterator[str]:
         item = {**row, "trimmed": slot.is_trimmed(row["seq"])}
         yield (", " if index else "") + _dumps(item)
     yield "]"
+
+
+def _compressions(slot: Slot) -> list[dict[str, Any]]:
+    """The slot's compression log, each row's input and output rebuilt from references."""
+    rows = list(
+        Compression.objects.filter(slot=slot)
+        .select_related("previous")
+        .order_by("started_at", "id")
+    )
+    shown = log.rebuild(rows)
+    return [
+        {
+            **{name: getattr(row, name) for name in _COMPRESSION_FIELDS},
+            "input": shown[row.pk][0],
+            "output": shown[row.pk][1],
+        }
+        for row in rows
+    ]
 
 
 def _dumps(value: Any) -> str:

@@ -24,6 +24,8 @@ class Snapshot:
     from_seq: int
     to_seq: int
     messages: list[MessageDict]
+    #: How many of ``messages`` are the summary prefix (the rest are raw rows).
+    prefix: int = 0
 
 
 def read(slot: Slot, max_tail: int | None = None) -> list[MessageDict]:
@@ -54,7 +56,9 @@ def snapshot(slot: Slot, rows: list[dict[str, Any]] | None = None) -> Snapshot:
     if rows is None:
         rows = _tail(slot, slot.covered_seq)
     messages = list(slot.summary) + [_plain(r) for r in rows if r["seq"] <= slot.last_seq]
-    return Snapshot(slot.pk, slot.version, slot.covered_seq + 1, slot.last_seq, messages)
+    return Snapshot(
+        slot.pk, slot.version, slot.covered_seq + 1, slot.last_seq, messages, len(slot.summary)
+    )
 
 
 def _tail(slot: Slot, after_seq: int, newest: int | None = None) -> list[dict[str, Any]]:

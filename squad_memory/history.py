@@ -9,7 +9,6 @@ any number of processes keep a gapless, ordered sequence.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,8 +25,9 @@ from squad_memory.search import extract_text
 
 SlotKey = tuple[str, str, str]
 
-#: Called with the locked slot after a save's rows are in; returns a claim token or None.
-ClaimHook = Callable[[Slot], "str | None"]
+#: Called with the slot after a save's rows are in, and whether its row is locked (else
+#: the hook claims in a transaction of its own); returns a claim token or None.
+ClaimHook = Callable[[Slot, bool], "str | None"]
 
 
 def db_alias() -> str:
@@ -83,16 +83,23 @@ def append(
             namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
         )
         return AppendResult(slot=slot, accepted=[])
+    if store_rows is None and len(messages) <= sql.ONE_STATEMENT_MAX:
+        fast = _append_in_one_statement(namespace, key, messages, check_role, max_history_size)
+        if fast is not None:
+            fast.claim = claim(fast.slot, False) if claim is not None else None
+            return fast
     with transaction.atomic(using=db_alias()):
         slot = locked_slot(namespace, key)
         if check_role and is_same_role(slot.last_role, messages[0]["role"]):
             return AppendResult(slot=slot, accepted=[], skipped=True)
         rows = _insert(slot, messages, store_rows)
         _advance(slot, len(messages), messages[-1]["role"], max_history_size)
-        token = claim(slot) if claim is not None else None
+        token = claim(slot, True) if claim is not None else None
         slot.updated_at = timezone.now()
         sql.update_slot(slot, _SAVE_FIELDS)
-        return AppendResult(slot=slot, accepted=messages, claim=token, rows=rows)
+    if rows:  # committed now, unless a caller's transaction is still open
+        remember(db_alias(), slot.pk, [_as_row(row) for row in rows])
+    return AppendResult(slot=slot, accepted=messages, claim=token, rows=rows)
 
 
 _SAVE_FIELDS = [
@@ -106,14 +113,40 @@ _SAVE_FIELDS = [
 ]
 
 
-def _insert(slot: Slot, messages: list[MessageDict], store_rows: bool | None) -> list[Message]:
-    if store_rows is False and not slot.active:
-        return []
+def _append_in_one_statement(
+    namespace: str,
+    key: SlotKey,
+    messages: list[MessageDict],
+    check_role: bool,
+    max_history_size: int | None,
+) -> AppendResult | None:
+    """The same save as the general path in one round trip, where the database can
+    (PostgreSQL); None when it cannot tell (a new slot, a refused role): take that path."""
+    alias = db_alias()
+    if not sql.one_statement_saves(alias):
+        return None
+    rows = _rows(None, 0, messages)
+    slot = sql.save_in_one_statement(
+        (namespace, *key),
+        rows,
+        check_role=check_role,
+        keep=trim_size(max_history_size),
+        now=timezone.now(),
+    )
+    if slot is None:
+        return None
+    for i, row in enumerate(rows, start=slot.last_seq - len(rows) + 1):
+        row.slot, row.seq = slot, i
+    remember(alias, slot.pk, [_as_row(row) for row in rows])
+    return AppendResult(slot=slot, accepted=messages, rows=rows)
+
+
+def _rows(slot: Slot | None, last_seq: int, messages: list[MessageDict]) -> list[Message]:
     stamp = now_ms()
-    rows = [
+    return [
         Message(
             slot=slot,
-            seq=slot.last_seq + i,
+            seq=last_seq + i,
             role=m["role"],
             content=m["content"],
             citations=m.get("citations"),
@@ -122,8 +155,13 @@ def _insert(slot: Slot, messages: list[MessageDict], store_rows: bool | None) ->
         )
         for i, m in enumerate(messages, start=1)
     ]
+
+
+def _insert(slot: Slot, messages: list[MessageDict], store_rows: bool | None) -> list[Message]:
+    if store_rows is False and not slot.active:
+        return []
+    rows = _rows(slot, slot.last_seq, messages)
     sql.insert_messages(rows)
-    remember(db_alias(), slot.pk, [_as_row(row) for row in rows])
     return rows
 
 
@@ -134,8 +172,10 @@ def _as_row(message: Message) -> dict[str, Any]:
 
 
 def remember(alias: str, slot_id: int, rows: list[dict[str, Any]]) -> None:
-    """Keep committed rows in the per-process tail cache (after the commit, if any)."""
-    transaction.on_commit(functools.partial(tails.put, alias, slot_id, rows), using=alias)
+    """Keep committed rows in the per-process tail cache: only outside any transaction,
+    where what was written or read is known to be committed."""
+    if not transaction.get_connection(alias).in_atomic_block:
+        tails.put(alias, slot_id, rows)
 
 
 def _advance(slot: Slot, count: int, last_role: str, max_history_size: int | None) -> None:

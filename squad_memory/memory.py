@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils import timezone
+
 from squad_memory import buffer, compression, history, sql
 from squad_memory.compression import Claim, Result
 from squad_memory.dispatch import Dispatcher, get_dispatcher
@@ -89,12 +91,21 @@ class Memory:
             saved.compression = self._dispatch(appended.slot, appended.claim, "save")
         return saved
 
-    def _claim_on_save(self, slot: Slot) -> str | None:
+    def _claim_on_save(self, slot: Slot, locked: bool) -> str | None:
+        """Claim a compression if the save left an active buffer over the threshold."""
         assert self.policy is not None and self.dispatcher is not None
         if not slot.active:
             return None
-        lease = self.dispatcher.claim_lease_seconds
-        return compression.claim_locked(slot, self.policy.trigger_at, lease_seconds=lease)
+        lease, trigger = self.dispatcher.claim_lease_seconds, self.policy.trigger_at
+        if locked:
+            return compression.claim_locked(slot, trigger, lease_seconds=lease)
+        if not compression.due(slot, trigger):  # the common case: no second statement
+            return None
+        claimed = compression.claim(slot.pk, trigger, self.policy.keep_last, lease_seconds=lease)
+        if claimed is None:
+            return None
+        slot.pending_since, slot.pending_token = timezone.now(), claimed.token
+        return claimed.token
 
     # -- reading ---------------------------------------------------------------------
     def fetch(self, key: SlotKey) -> list[MessageDict]:

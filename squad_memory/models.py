@@ -252,8 +252,37 @@ class Compression(models.Model):
     duration_ms = models.IntegerField(_("duration (ms)"))
     from_seq = models.BigIntegerField(_("covered from"))
     to_seq = models.BigIntegerField(_("covered up to"))
-    input = models.JSONField(_("input buffer"), default=list)
-    output = models.JSONField(_("output"), null=True, blank=True)
+    input = models.JSONField(
+        _("input buffer"),
+        default=list,
+        help_text=_(
+            "The whole input, or with 'by reference' only a summary prefix no earlier row holds."
+        ),
+    )
+    output = models.JSONField(
+        _("output"),
+        null=True,
+        blank=True,
+        help_text=_("With 'by reference', only the messages the summarizer wrote."),
+    )
+    by_reference = models.BooleanField(
+        _("by reference"),
+        default=False,
+        help_text=_(
+            "The input is the previous compression's output (or the stored prefix) followed "
+            "by the raw messages from_seq..to_seq; the output is the written messages "
+            "followed by the raw messages kept_from_seq..to_seq."
+        ),
+    )
+    previous = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("previous compression"),
+    )
+    kept_from_seq = models.BigIntegerField(_("kept verbatim from"), null=True, blank=True)
     summarizer = models.CharField(_("summarizer"), max_length=255)
     outcome = models.CharField(_("outcome"), max_length=16, choices=Outcome.choices)
     error = models.TextField(_("error"), blank=True)

@@ -190,3 +190,74 @@ def messages_after(
             }
             for row in fetched
         ]
+
+
+# -- a save in one statement (PostgreSQL) ------------------------------------------------------
+#: Messages per one-statement save; a longer batch takes the general path.
+ONE_STATEMENT_MAX = 50
+
+
+def one_statement_saves(alias: str) -> bool:
+    """Whether ``alias`` can save with :func:`save_in_one_statement` (data-modifying CTEs)."""
+    return connections[alias].vendor == "postgresql"
+
+
+@functools.cache
+def _one_statement(alias: str, count: int) -> str:
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    sql = statements(alias)
+    slot_table, message_table = quote(Slot._meta.db_table), quote(Message._meta.db_table)
+    columns = ", ".join(str(quote(str(f.column))) for f in Slot._meta.concrete_fields)
+    col = {name: str(quote(str(_field(Slot, name).column))) for name in _SLOT_SAVE}
+    values = ", ".join(["(%s::int, %s, %s::jsonb, %s::jsonb, %s::bigint, %s)"] * count)
+    message_columns = ", ".join(
+        str(quote(str(_field(Message, name).column))) for name in _MESSAGE_COLUMNS
+    )
+    where = sql.select_slot.split(" WHERE ", 1)[1]
+    # The role rule and the trim are those of history.append (is_same_role, trim_size):
+    # the last role must differ unless unchecked; visible_from_seq only moves forward.
+    return (
+        f"WITH s AS (UPDATE {slot_table} SET "
+        f"{col['last_seq']} = {col['last_seq']} + %s, {col['last_role']} = %s, "
+        f"{col['visible_from_seq']} = CASE WHEN %s > 0 THEN GREATEST("
+        f"{col['visible_from_seq']}, {col['last_seq']} + %s - %s + 1) "
+        f"ELSE {col['visible_from_seq']} END, {col['updated_at']} = %s "
+        f"WHERE {where} AND NOT (%s AND {col['last_role']} <> '' AND {col['last_role']} = %s) "
+        f"RETURNING {columns}), "
+        f"ins AS (INSERT INTO {message_table} ({message_columns}) "
+        f"SELECT s.{quote('id')}, s.{col['last_seq']} - %s + v.i, v.role, v.content, "
+        f"v.citations, v.ts, v.text FROM s, (VALUES {values}) AS v(i, role, content, citations, "
+        f"ts, text)) SELECT {columns} FROM s"
+    )
+
+
+_SLOT_SAVE = ("last_seq", "last_role", "visible_from_seq", "updated_at")
+
+
+def save_in_one_statement(
+    key: Sequence[str], rows: Sequence[Message], *, check_role: bool, keep: int, now: Any
+) -> Slot | None:
+    """Lock the slot, apply the role rule, bump the counters and insert ``rows`` in one
+    statement; the slot as left, or None when it does not exist or the role rule refused
+    (the caller then takes the general path, which tells the two apart)."""
+    alias = router.db_for_write(Slot)
+    connection = connections[alias]
+    count, last_role = len(rows), rows[-1].role
+    updated = _field(Slot, "updated_at").get_db_prep_save(now, connection)
+    params: list[Any] = [count, last_role, keep, count, keep, updated, *key]
+    params += [check_role, rows[0].role, count]
+    fields = [_field(Message, name) for name in ("content", "citations")]
+    for i, row in enumerate(rows, start=1):
+        content, citations = (
+            f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields
+        )
+        params += [i, row.role, content, citations, row.timestamp, row.text]
+    with connection.cursor() as cursor:
+        cursor.execute(_one_statement(alias, count), params)
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    names, converters = _slot_loader(alias)
+    values = [_convert(v, c, connection) for v, c in zip(found, converters, strict=True)]
+    return Slot.from_db(alias, names, values)

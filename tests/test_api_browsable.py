@@ -58,7 +58,8 @@ def test_api_clients_get_json(users: Users, accept: str | None) -> None:
         assert reply.json()["results"][0]["session_id"] == "s1"
 
 
-def test_an_anonymous_browser_is_refused_in_html(users: Users) -> None:
+def test_an_anonymous_browser_is_refused_in_json(users: Users) -> None:
+    # No API error is ever HTML (the error handler), browser or not.
     reply = Client().get("/api/slots/", HTTP_ACCEPT=HTML)
-    assert reply.status_code == 401 and reply["Content-Type"].startswith("text/html")
+    assert reply.status_code == 401 and reply["Content-Type"].startswith("application/json")
     assert Client().get("/api/slots/").json()["detail"]

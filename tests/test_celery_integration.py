@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import connection
 
 from squad_memory import buffer
+from squad_memory.compression import log
 from squad_memory.models import Compression, Message, Slot
 from tests.celery_writer import SLOT
 from tests.conftest import require
@@ -179,7 +180,7 @@ def raw_texts() -> list[str]:
 
 def assert_buffer_is_summary_then_tail() -> None:
     s, last = the_slot(), applied()[-1]
-    assert (s.summary, s.covered_seq) == (last.output, last.to_seq)
+    assert (s.summary, s.covered_seq) == (log.output_of(last), last.to_seq)
     tail = Message.objects.filter(slot=s, seq__gt=s.covered_seq).order_by("seq")
     expected = [(m["role"], m["content"]) for m in s.summary] + [(m.role, m.content) for m in tail]
     assert [(r["role"], r["content"]) for r in buffer.read(s)] == expected
@@ -209,7 +210,7 @@ def test_concurrent_writers_one_worker_compressing(procs: Processes) -> None:
         assert after.started_at >= before.finished_at, "two compressions overlapped"
         assert (
             after.from_seq == before.to_seq + 1
-            and after.input[: len(before.output)] == before.output
+            and log.input_of(after)[: len(log.output_of(before) or [])] == log.output_of(before)
         )
     assert_buffer_is_summary_then_tail()
 

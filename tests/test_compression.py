@@ -16,7 +16,8 @@ from django.utils import timezone
 
 import squad_memory
 from squad_memory import compression
-from squad_memory.models import Compression, Outcome, Slot
+from squad_memory.compression import log
+from squad_memory.models import Compression, Message, Outcome, Slot
 from tests.api_support import Users, client_for, fill
 from tests.conftest import msg
 
@@ -113,3 +114,23 @@ def test_admin_summarize_reports_the_outcome(admin_client: Any) -> None:
     page = admin_client.post(f"/admin/squad_memory/slot/{slot.pk}/summarize/", follow=True)
     assert "already running" in page.content.decode()
     assert not Compression.objects.exists()
+
+
+def test_the_log_records_what_a_compression_read_by_reference() -> None:
+    store = squad_memory.get_storage()
+    for _ in range(3):  # three rounds: the second and third read the first's output
+        store.save_chat_messages_sync("u", "s", "a", PAIRS)
+        assert store.compress_now("u", "s", "a").applied
+    rows = list(Compression.objects.order_by("id"))
+    assert [r.by_reference for r in rows] == [True] * 3
+    assert rows[1].previous_id == rows[0].pk and rows[2].previous_id == rows[1].pk
+    assert all(r.input == [] for r in rows)  # nothing copied: the prefix is a reference
+    slot = Slot.objects.get()
+    assert log.output_of(rows[-1]) == slot.summary  # the output, rebuilt, is the buffer's head
+    raw = [m.as_dict() for m in Message.objects.filter(slot=slot).order_by("seq")]
+    for row in rows:
+        before = log.input_of(row)
+        span = [{k: m[k] for k in ("role", "content", "citations")} for m in raw[row.from_seq - 1 : row.to_seq]]
+        previous = log.output_of(row.previous) if row.previous else []
+        assert before == previous + span
+        assert len(row.output or []) < len(log.output_of(row) or [])  # kept messages by reference

@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 
 from squad_memory import buffer
+from squad_memory.compression import log
 from squad_memory.models import Compression, Message, Slot
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -59,8 +60,8 @@ def test_concurrent_writers_lose_nothing_and_keep_order() -> None:
     previous_output: list[str] = []
     covered = applied[0].from_seq - 1
     for comp in applied:
-        assert [text(m) for m in comp.input] == previous_output + raw[covered:comp.to_seq]
-        previous_output, covered = [text(m) for m in comp.output or []], comp.to_seq
+        assert [text(m) for m in log.input_of(comp)] == previous_output + raw[covered:comp.to_seq]
+        previous_output, covered = [text(m) for m in log.output_of(comp) or []], comp.to_seq
     assert [text(m) for m in buffer.read(slot)] == previous_output + raw[covered:]
     spans = sorted((c.started_at, c.finished_at) for c in applied)
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))

@@ -9,7 +9,7 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from squad_memory import background
+from squad_memory import sweeping
 from squad_memory.idempotency import (
     Answer,
     IdempotencyKeyReused,
@@ -69,5 +69,5 @@ def test_purge_expired_and_the_sweep_delete_old_keys() -> None:
     assert purge_expired() == 1
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["young"]
     with override_settings(SQUAD_MEMORY={"IDEMPOTENCY_TTL": 3600}):
-        background.sweep()
+        sweeping.sweep()
     assert not IdempotencyKey.objects.exists()

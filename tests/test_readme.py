@@ -34,6 +34,7 @@ from django.contrib.auth.models import User
 from django.core import checks
 from django.db import connections
 from django.test import Client, override_settings
+from django.utils.module_loading import import_string
 from drf_spectacular.settings import patched_settings
 
 import squad_memory
@@ -144,13 +145,19 @@ def test_fragment_runs_as_written(
     snippet: Snippet, readme_files: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-readme-test")  # read by a settings fragment
-    seeded = {"INSTALLED_APPS": list(settings.INSTALLED_APPS), "urlpatterns": []}
+    seeded = {
+        "INSTALLED_APPS": list(settings.INSTALLED_APPS),
+        "MIDDLEWARE": [m for m in settings.MIDDLEWARE if "JSONErrors" not in m],
+        "urlpatterns": [],
+    }
     namespace: dict[str, Any] = {"__name__": "readme_snippet", **seeded, **offline_names()}
     exec(compile(snippet.code, f"README.md:{snippet.line}", "exec"), namespace)
     if "SQUAD_MEMORY" in namespace:
         check_squad_memory_settings(namespace["SQUAD_MEMORY"])
     if namespace["INSTALLED_APPS"] != seeded["INSTALLED_APPS"]:
         check_installed_apps(namespace["INSTALLED_APPS"])
+    for path in namespace["MIDDLEWARE"]:
+        import_string(path)  # every middleware a fragment names exists
     if namespace["urlpatterns"]:
         sys.modules["readme_urls"] = types.ModuleType("readme_urls")
         sys.modules["readme_urls"].urlpatterns = namespace["urlpatterns"]  # type: ignore[attr-defined]

@@ -38,11 +38,24 @@ class Model:
         self.raw: list[ConversationMessage] = []
         self.visible_from = 0
         self.buffer: list[ConversationMessage] | None = None
+        self.prefix = 0  # how much of the buffer is the last compression's output
 
     def compress(self) -> None:
         assert self.buffer is not None
         if len(self.buffer) > 2 * TRIGGER_AT and not summarizers.FLAKY["fail"]:
             self.buffer = summarizers.fold(self.buffer, KEEP_LAST)
+            self.prefix = len(self.buffer)
+
+    def limited(self) -> list[ConversationMessage]:
+        """The hard limit (MAX_BUFFER_PAIRS, by default 3 x TRIGGER_AT): the prefix, then
+        the newest messages, starting with the role that follows the prefix."""
+        assert self.buffer is not None
+        prefix, tail = self.buffer[: self.prefix], self.buffer[self.prefix :]
+        if len(tail) > 2 * 3 * TRIGGER_AT:
+            tail = tail[-2 * 3 * TRIGGER_AT :]
+            if tail[0].role == (prefix[-1].role if prefix else "assistant"):
+                tail = tail[1:]
+        return prefix + tail
 
     def save(self, messages: list[ConversationMessage], single: bool, size: int | None) -> None:
         if single and self.raw and self.raw[-1].role == messages[0].role:
@@ -64,7 +77,7 @@ class Model:
                 return trim(visible, size)
             self.buffer = list(visible)
             self.compress()
-        return trim(self.buffer, size)
+        return trim(self.limited(), size)
 
 
 class StorageMachine(RuleBasedStateMachine):

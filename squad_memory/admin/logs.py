@@ -12,6 +12,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
+from squad_memory.compression import log
 from squad_memory.models import Compression, Message
 
 
@@ -127,12 +128,10 @@ class CompressionAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("before / after"))
     def before_after(self, compression: Compression) -> SafeString:
+        before, after = log.rebuild([compression])[compression.pk]
         html = render_to_string(
             "admin/squad_memory/includes/before_after.html",
-            {
-                "before": transcript.plain_entries(compression.input),
-                "after": transcript.plain_entries(compression.output),
-            },
+            {"before": transcript.plain_entries(before), "after": transcript.plain_entries(after)},
         )
         return SafeString(html)  # rendered by a template with autoescaping on
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from squad_memory.compression import log
 from squad_memory.models import DJANGO_NAMESPACE, Compression, Message, Slot
 
 
@@ -218,6 +219,11 @@ class LogEntry:
 
 def compression_log(slot: Slot, limit: int) -> tuple[list[LogEntry], bool]:
     """The newest ``limit`` compressions of a slot (one query), and whether there are more."""
-    rows = list(Compression.objects.filter(slot=slot).order_by("-started_at", "-id")[: limit + 1])
-    log = [LogEntry(c, plain_entries(c.input), plain_entries(c.output)) for c in rows[:limit]]
-    return log, len(rows) > limit
+    newest = Compression.objects.filter(slot=slot).select_related("previous")
+    rows = list(newest.order_by("-started_at", "-id")[: limit + 1])
+    shown = log.rebuild(rows[:limit])  # one more query: the raw messages they reference
+    entries = [
+        LogEntry(c, plain_entries(shown[c.pk][0]), plain_entries(shown[c.pk][1]))
+        for c in rows[:limit]
+    ]
+    return entries, len(rows) > limit

@@ -19,7 +19,15 @@ Every entry point answers with a :class:`Result` whose ``outcome`` is one
 
 from __future__ import annotations
 
-from squad_memory.compression.claims import Claim, activate, claim, claim_locked, release, reset
+from squad_memory.compression.claims import (
+    Claim,
+    activate,
+    claim,
+    claim_locked,
+    due,
+    release,
+    reset,
+)
 from squad_memory.compression.runner import Result, compress, run
 
 __all__ = [
@@ -29,6 +37,7 @@ __all__ = [
     "claim",
     "claim_locked",
     "compress",
+    "due",
     "release",
     "reset",
     "run",

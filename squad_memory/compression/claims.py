@@ -27,17 +27,20 @@ class Claim:
     slot: Slot | None = field(default=None, compare=False, repr=False)
 
 
+def due(slot: Slot, trigger_at: int) -> bool:
+    """The trigger rule for a slot as last read: over its threshold, with no live claim."""
+    over = needs_compression(slot.buffer_length, slot.trigger_for(trigger_at))
+    return over and slot.claim_is_free(app_settings.pending_timeout)
+
+
 def claim_locked(slot: Slot, trigger_at: int | None, *, lease_seconds: float) -> str | None:
     """Claim a compression of a slot whose row the caller holds locked (and saves).
 
     ``trigger_at=None`` claims whatever the buffer's length (an operator's request).
     None when the buffer is short enough or a live claim already exists.
     """
-    if trigger_at is not None and not needs_compression(
-        slot.buffer_length, slot.trigger_for(trigger_at)
-    ):
-        return None
-    if not slot.claim_is_free(app_settings.pending_timeout):
+    free = slot.claim_is_free(app_settings.pending_timeout)
+    if not free if trigger_at is None else not due(slot, trigger_at):
         return None
     now = timezone.now()
     slot.pending_since, slot.pending_token = now, uuid.uuid4().hex

@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from django.db.models import Q
 from django.utils import timezone
 
 from squad_memory.buffer import Snapshot
 from squad_memory.exceptions import InvalidSummarizerOutput
 from squad_memory.history import db_alias
-from squad_memory.models import Compression
+from squad_memory.messages import MessageDict
+from squad_memory.models import Compression, Message, Outcome
 from squad_memory.summarizers import Summarizer
 
 if TYPE_CHECKING:
@@ -36,8 +38,16 @@ class Attempt:
 
 
 def write(run: Attempt, result: Result) -> int:
-    """The log row of one attempt; its id."""
+    """The log row of one attempt; its id.
+
+    What the compression read and kept is recorded by reference, since the raw
+    history never changes: the previous compression's row for the summary prefix,
+    ``from_seq..to_seq`` for the raw messages, and ``kept_from_seq..to_seq`` for the
+    raw messages its output kept verbatim. Only what the summarizer wrote is stored.
+    """
     snap = run.snap
+    previous, prefix = _previous(snap)
+    written, kept_from = _written(snap, result.output)
     row = Compression.objects.using(db_alias()).create(
         slot_id=snap.slot_id,
         started_at=run.started,
@@ -45,8 +55,11 @@ def write(run: Attempt, result: Result) -> int:
         duration_ms=int((time.monotonic() - run.clock) * 1000),
         from_seq=snap.from_seq,
         to_seq=snap.to_seq,
-        input=snap.messages,
-        output=result.output,
+        input=prefix,
+        output=written,
+        by_reference=True,
+        previous_id=previous,
+        kept_from_seq=kept_from,
         summarizer=run.summarizer.label[:255],
         outcome=result.outcome,
         error=describe(result.error),
@@ -54,6 +67,104 @@ def write(run: Attempt, result: Result) -> int:
         attempt=run.attempt,
     )
     return int(row.pk)
+
+
+def _previous(snap: Snapshot) -> tuple[int | None, list[MessageDict]]:
+    """The row whose output is the snapshot's summary prefix, or the prefix itself.
+
+    A summary prefix is only ever set by applying a compression, in the transaction
+    that logs it, with the slot's pointer at that row's ``to_seq`` (a reset empties it).
+    """
+    prefix = snap.messages[: snap.prefix]
+    if not prefix:
+        return None, []
+    rows = Compression.objects.using(db_alias()).filter(
+        slot_id=snap.slot_id, outcome=Outcome.APPLIED, to_seq=snap.from_seq - 1
+    )
+    found = rows.order_by("-id").values_list("pk", flat=True).first()
+    return (found, []) if found is not None else (None, prefix)
+
+
+def _written(
+    snap: Snapshot, output: list[MessageDict] | None
+) -> tuple[list[MessageDict] | None, int | None]:
+    """The output less its tail of raw messages kept verbatim, and where that tail starts."""
+    if not output:
+        return output, None
+    raw = snap.messages[snap.prefix :]
+    kept = 0
+    while kept < min(len(output), len(raw)) and output[-1 - kept] == raw[-1 - kept]:
+        kept += 1
+    if not kept:
+        return output, None
+    return output[:-kept], snap.to_seq - kept + 1
+
+
+def input_of(row: Compression) -> list[MessageDict]:
+    """What a logged compression read (rebuilt from its references)."""
+    return rebuild([row])[row.pk][0]
+
+
+def output_of(row: Compression) -> list[MessageDict] | None:
+    """What a logged compression returned (rebuilt from its references)."""
+    return rebuild([row])[row.pk][1]
+
+
+Rebuilt = tuple[list[MessageDict], list[MessageDict] | None]
+
+
+def rebuild(rows: list[Compression]) -> dict[int, Rebuilt]:
+    """Input and output of each logged compression, with one query for all their raw
+    messages (pass rows loaded with ``select_related("previous")``)."""
+    ranges: set[tuple[int, int, int]] = set()
+    for row in rows:
+        ranges |= _ranges(row)
+    raw = _raw(ranges)
+    return {row.pk: (_input(row, raw), _output(row, raw)) for row in rows}
+
+
+def _ranges(row: Compression) -> set[tuple[int, int, int]]:
+    if not row.by_reference:
+        return set()
+    found = {(row.slot_id, row.from_seq, row.to_seq)}
+    for kept in (row, row.previous):
+        if kept is not None and kept.by_reference and kept.kept_from_seq is not None:
+            found.add((kept.slot_id, kept.kept_from_seq, kept.to_seq))
+    return found
+
+
+RawRows = dict[tuple[int, int], MessageDict]
+
+
+def _input(row: Compression, raw: RawRows) -> list[MessageDict]:
+    if not row.by_reference:
+        return list(row.input)
+    previous = row.previous if row.previous_id else None
+    prefix = _output(previous, raw) if previous is not None else list(row.input)
+    return (prefix or []) + _span(raw, row.slot_id, row.from_seq, row.to_seq)
+
+
+def _output(row: Compression, raw: RawRows) -> list[MessageDict] | None:
+    if row.output is None or not row.by_reference or row.kept_from_seq is None:
+        return row.output
+    return list(row.output) + _span(raw, row.slot_id, row.kept_from_seq, row.to_seq)
+
+
+def _span(raw: RawRows, slot_id: int, first: int, last: int) -> list[MessageDict]:
+    return [raw[(slot_id, seq)] for seq in range(first, last + 1) if (slot_id, seq) in raw]
+
+
+def _raw(ranges: set[tuple[int, int, int]]) -> RawRows:
+    if not ranges:
+        return {}
+    where = Q()
+    for slot_id, first, last in ranges:
+        where |= Q(slot_id=slot_id, seq__gte=first, seq__lte=last)
+    rows = Message.objects.using(db_alias()).filter(where)
+    return {
+        (r["slot_id"], r["seq"]): {k: r[k] for k in ("role", "content", "citations")}
+        for r in rows.values("slot_id", "seq", "role", "content", "citations")
+    }
 
 
 def describe(error: BaseException | None) -> str:
