@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from squad_memory import __version__, buffer, compression
 from squad_memory.compression import log
 from squad_memory.exceptions import SquadMemoryError
+from squad_memory.messages import MessageDict
 from squad_memory.models import DJANGO_NAMESPACE, Compression, Message, Outcome, Slot
 from squad_memory.storage import get_storage
 from squad_memory.storage.orm import slot_key
@@ -159,7 +160,7 @@ def reset(slot: Slot) -> Result:
     )
 
 
-def current_buffer(slot: Slot) -> list[dict[str, Any]] | None:
+def current_buffer(slot: Slot) -> list[MessageDict] | None:
     """What ``fetch_chat`` returns now, as stored dicts; None when a foreign store holds it."""
     if not slot.active and slot.namespace != DJANGO_NAMESPACE:
         return None

@@ -202,7 +202,7 @@ def _dicts(rows: Any) -> list[dict[str, Any]]:
 VISIBLE = {"seq__gte": F("slot__visible_from_seq")}
 
 
-def visible(namespace: str, key: SlotKey) -> list[dict[str, Any]]:
+def visible(namespace: str, key: SlotKey) -> list[MessageDict]:
     """The slot's visible (untrimmed) messages, oldest first: what ``fetch_chat`` returns."""
     user_id, session_id, agent_id = key
     rows = Message.objects.filter(
@@ -212,7 +212,9 @@ def visible(namespace: str, key: SlotKey) -> list[dict[str, Any]]:
         slot__agent_id=agent_id,
         **VISIBLE,
     ).using(db_alias())
-    return _dicts(rows.order_by("seq").values("role", "content", "citations"))
+    return cast(
+        list[MessageDict], list(rows.order_by("seq").values("role", "content", "citations"))
+    )
 
 
 def rows_after(

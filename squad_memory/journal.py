@@ -81,4 +81,4 @@ def _with_agent_prefix(row: dict[str, Any]) -> Any:
     content = row["content"] or []
     if content and row["role"] == "assistant":
         content = [{"text": f"[{row['slot__agent_id']}] {content[0].get('text', '')}"}]
-    return to_messages([{"role": row["role"], "content": content}])[0]
+    return to_messages([{"role": row["role"], "content": content, "citations": None}])[0]

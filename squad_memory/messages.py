@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from agent_squad.types import ConversationMessage
 
@@ -15,7 +15,14 @@ from squad_memory.validation import id_problem
 
 ROLES = ("user", "assistant")
 
-MessageDict = dict[str, Any]
+class MessageDict(TypedDict):
+    """A stored message: what a save keeps, a buffer holds and a summarizer's output becomes."""
+
+    role: str
+    content: list[dict[str, Any]]
+    citations: list[Any] | None
+    #: Importers keep the original time (milliseconds); saves stamp their own.
+    timestamp: NotRequired[int]
 
 
 def now_ms() -> int:

@@ -162,7 +162,9 @@ def _raw(ranges: set[tuple[int, int, int]]) -> RawRows:
         where |= Q(slot_id=slot_id, seq__gte=first, seq__lte=last)
     rows = Message.objects.using(db_alias()).filter(where)
     return {
-        (r["slot_id"], r["seq"]): {k: r[k] for k in ("role", "content", "citations")}
+        (r["slot_id"], r["seq"]): MessageDict(
+            role=r["role"], content=r["content"], citations=r["citations"]
+        )
         for r in rows.values("slot_id", "seq", "role", "content", "citations")
     }
 
