@@ -171,7 +171,7 @@ def session_history(namespace: str, user_id: str, session_id: str) -> list[dict[
         slot__user_id=user_id,
         slot__session_id=session_id,
         **VISIBLE,
-    )
+    ).using(db_alias())
     return _dicts(
         rows.order_by("timestamp", "slot_id", "seq").values(
             "role", "content", "citations", "slot__agent_id"

@@ -94,7 +94,9 @@ def select_slot(
     alias = router.db_for_write(Slot)
     sql = statements(alias)
     query = sql.lock_slot if lock else sql.select_slot
-    rows = list(Slot.objects.raw(query, [namespace, user_id, session_id, agent_id]).using(alias))
+    # db_manager, not raw().using(): a raw queryset built without an alias asks the router.
+    key = [namespace, user_id, session_id, agent_id]
+    rows = list(Slot.objects.db_manager(alias).raw(query, key))
     return rows[0] if rows else None
 
 
