@@ -9,11 +9,13 @@ any number of processes keep a gapless, ordered sequence.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from django.db import router, transaction
+from django.db import OperationalError, connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -25,6 +27,8 @@ SlotKey = tuple[str, str, str]
 
 #: Called with the locked slot after a save's rows are in; returns a claim token or None.
 ClaimHook = Callable[[Slot], "str | None"]
+
+logger = logging.getLogger("squad_memory")
 
 
 def db_alias() -> str:
@@ -80,6 +84,23 @@ def append(
             namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
         )
         return AppendResult(slot=slot, accepted=[])
+    return retry_locked(
+        lambda: _append_once(
+            namespace, key, messages, check_role, max_history_size, store_rows, claim
+        ),
+        key,
+    )
+
+
+def _append_once(
+    namespace: str,
+    key: SlotKey,
+    messages: list[MessageDict],
+    check_role: bool,
+    max_history_size: int | None,
+    store_rows: bool | None,
+    claim: ClaimHook | None,
+) -> AppendResult:
     with transaction.atomic(using=db_alias()):
         slot = locked_slot(namespace, key)
         if check_role and is_same_role(slot.last_role, messages[0]["role"]):
@@ -90,6 +111,41 @@ def append(
         slot.updated_at = timezone.now()
         sql.update_slot(slot, _SAVE_FIELDS)
         return AppendResult(slot=slot, accepted=messages, claim=token, rows=rows)
+
+
+#: Attempts of a save that finds the database locked (SQLite: another process writes).
+LOCKED_ATTEMPTS = 5
+#: Seconds before the first retry; doubled after each one.
+LOCKED_BACKOFF = 0.05
+
+
+def retry_locked(write: Callable[[], AppendResult], key: SlotKey) -> AppendResult:
+    """Run ``write`` (one whole transaction), retrying "database is locked" a few times.
+
+    SQLite has one writer at a time; a second process holding the lock past the
+    connection's ``timeout`` makes the transaction fail. Inside a caller's atomic
+    block nothing is retried: that transaction is the caller's to retry.
+    """
+    if connections[db_alias()].in_atomic_block:
+        return write()
+    for attempt in range(1, LOCKED_ATTEMPTS):
+        try:
+            return write()
+        except OperationalError as exc:
+            if "is locked" not in str(exc):
+                raise
+            delay = LOCKED_BACKOFF * 2 ** (attempt - 1)
+            logger.warning(
+                "Save to slot %s found the database locked (%s), attempt %s of %s; "
+                "retrying in %.2f s.",
+                "/".join(key),
+                exc,
+                attempt,
+                LOCKED_ATTEMPTS,
+                delay,
+            )
+            time.sleep(delay)
+    return write()
 
 
 _SAVE_FIELDS = [
