@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +21,13 @@ pytestmark = [
 ]
 
 THREADS, SAVES = 8, 15
+
+
+@pytest.fixture(autouse=True)
+def _close_replica() -> Iterator[None]:
+    """The test database is dropped at the end: no connection of this thread may stay open."""
+    yield
+    connections["replica"].close()
 
 
 class PrimaryReplicaRouter:
