@@ -125,6 +125,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"]["init_command"] = (
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
     )
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A second alias on the same database, as a read replica would be: the alias the
+    # read-replica router tests send reads to (tests/test_replicas.py). Nothing uses it
+    # unless a router does; under test it mirrors "default" (no second test database).
+    DATABASES["replica"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     try:
         import pymysql

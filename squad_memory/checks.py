@@ -1,4 +1,4 @@
-"""System checks for ``settings.SQUAD_MEMORY`` (ids ``squad_memory.E001``...)."""
+"""System checks for ``settings.SQUAD_MEMORY`` (ids ``squad_memory.E001``...) and the database."""
 
 from __future__ import annotations
 
@@ -219,5 +219,30 @@ def check_retention(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             f"{SETTING_NAME}['RETAIN_DAYS'] must be None (keep forever) or a positive number "
             f"of days, not {days!r}.",
             id="squad_memory.E030",
+        )
+    ]
+
+
+_SQLITE_OPTIONS = '{"transaction_mode": "IMMEDIATE", "timeout": 20}'
+
+
+@register()
+def check_sqlite(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W002: SQLite as the default database must wait for a second writer's lock."""
+    default = settings.DATABASES.get("default", {})
+    if default.get("ENGINE") != "django.db.backends.sqlite3":
+        return []
+    options = default.get("OPTIONS") or {}
+    immediate = str(options.get("transaction_mode", "")).upper() == "IMMEDIATE"
+    if immediate and "timeout" in options:
+        return []
+    return [
+        Warning(
+            "The default database is SQLite without OPTIONS "
+            '"transaction_mode": "IMMEDIATE" and a "timeout": saves fail with '
+            '"database is locked" while another process (a Celery worker, a second '
+            "web process, a management command) writes.",
+            hint=f"Set DATABASES['default']['OPTIONS'] to include {_SQLITE_OPTIONS}.",
+            id="squad_memory.W002",
         )
     ]

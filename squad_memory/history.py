@@ -10,11 +10,13 @@ any number of processes keep a gapless, ordered sequence.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from django.db import router, transaction
+from django.db import OperationalError, connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -28,6 +30,8 @@ SlotKey = tuple[str, str, str]
 #: Called with the slot after a save's rows are in, and whether its row is locked (else
 #: the hook claims in a transaction of its own); returns a claim token or None.
 ClaimHook = Callable[[Slot, bool], "str | None"]
+
+logger = logging.getLogger("squad_memory")
 
 
 def db_alias() -> str:
@@ -88,6 +92,23 @@ def append(
         if fast is not None:
             fast.claim = claim(fast.slot, False) if claim is not None else None
             return fast
+    return retry_locked(
+        lambda: _append_once(
+            namespace, key, messages, check_role, max_history_size, store_rows, claim
+        ),
+        key,
+    )
+
+
+def _append_once(
+    namespace: str,
+    key: SlotKey,
+    messages: list[MessageDict],
+    check_role: bool,
+    max_history_size: int | None,
+    store_rows: bool | None,
+    claim: ClaimHook | None,
+) -> AppendResult:
     with transaction.atomic(using=db_alias()):
         slot = locked_slot(namespace, key)
         if check_role and is_same_role(slot.last_role, messages[0]["role"]):
@@ -100,6 +121,41 @@ def append(
     if rows:  # committed now, unless a caller's transaction is still open
         remember(db_alias(), slot.pk, [_as_row(row) for row in rows])
     return AppendResult(slot=slot, accepted=messages, claim=token, rows=rows)
+
+
+#: Attempts of a save that finds the database locked (SQLite: another process writes).
+LOCKED_ATTEMPTS = 5
+#: Seconds before the first retry; doubled after each one.
+LOCKED_BACKOFF = 0.05
+
+
+def retry_locked(write: Callable[[], AppendResult], key: SlotKey) -> AppendResult:
+    """Run ``write`` (one whole transaction), retrying "database is locked" a few times.
+
+    SQLite has one writer at a time; a second process holding the lock past the
+    connection's ``timeout`` makes the transaction fail. Inside a caller's atomic
+    block nothing is retried: that transaction is the caller's to retry.
+    """
+    if connections[db_alias()].in_atomic_block:
+        return write()
+    for attempt in range(1, LOCKED_ATTEMPTS):
+        try:
+            return write()
+        except OperationalError as exc:
+            if "is locked" not in str(exc):
+                raise
+            delay = LOCKED_BACKOFF * 2 ** (attempt - 1)
+            logger.warning(
+                "Save to slot %s found the database locked (%s), attempt %s of %s; "
+                "retrying in %.2f s.",
+                "/".join(key),
+                exc,
+                attempt,
+                LOCKED_ATTEMPTS,
+                delay,
+            )
+            time.sleep(delay)
+    return write()
 
 
 _SAVE_FIELDS = [
@@ -232,7 +288,7 @@ def session_history(namespace: str, user_id: str, session_id: str) -> list[dict[
         slot__user_id=user_id,
         slot__session_id=session_id,
         **VISIBLE,
-    )
+    ).using(db_alias())
     return _dicts(
         rows.order_by("timestamp", "slot_id", "seq").values(
             "role", "content", "citations", "slot__agent_id"

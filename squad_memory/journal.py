@@ -80,5 +80,15 @@ class ForeignJournal(Journal):
 def _with_agent_prefix(row: dict[str, Any]) -> Any:
     content = row["content"] or []
     if content and row["role"] == "assistant":
-        content = [{"text": f"[{row['slot__agent_id']}] {content[0].get('text', '')}"}]
+        content = [{"text": f"[{row['slot__agent_id']}] {block_text(content[0])}"}]
     return to_messages([{"role": row["role"], "content": content, "citations": None}])[0]
+
+
+def block_text(block: dict[str, Any]) -> str:
+    """A content block as one line: its text, or its kind (``[toolUse: get_weather]``)."""
+    if isinstance(block.get("text"), str):
+        return str(block["text"])
+    kind = next(iter(block), "empty")
+    value = block.get(kind)
+    name = value.get("name") if isinstance(value, dict) else None
+    return f"[{kind}: {name}]" if isinstance(name, str) and name else f"[{kind}]"

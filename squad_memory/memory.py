@@ -160,7 +160,7 @@ class Memory:
             return None
         if claimed is not None:
             self._run(claimed, "activation")
-            slot.refresh_from_db()
+            slot.refresh_from_db(using=history.db_alias())
         return self.current(slot)
 
     # -- compressing -----------------------------------------------------------------

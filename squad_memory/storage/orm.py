@@ -27,6 +27,11 @@ def slot_key(user_id: str, session_id: str, agent_id: str) -> SlotKey:
     return (user_id, session_id, agent_id)
 
 
+def check_session(user_id: str, session_id: str) -> None:
+    """Validate the ids of ``fetch_all_chats`` as :func:`slot_key` does (``InvalidSlotKey``)."""
+    validate_key(user_id, session_id, "-", app_settings.max_id_length)
+
+
 def as_list(messages: Any) -> list[Any]:
     return list(messages or [])
 
@@ -124,4 +129,5 @@ class DjangoChatStorage(AsyncContract):
 
     def fetch_all_chats_sync(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         """Every agent's messages of a session by time; assistant text gets ``[agent_id]``."""
+        check_session(user_id, session_id)
         return self.memory.journal.fetch_all(user_id, session_id)

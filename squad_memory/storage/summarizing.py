@@ -13,7 +13,13 @@ from squad_memory.journal import ForeignJournal, Journal, OrmJournal
 from squad_memory.memory import Memory, Saved
 from squad_memory.messages import to_messages, trim
 from squad_memory.policy import Policy
-from squad_memory.storage.orm import AsyncContract, DjangoChatStorage, as_list, slot_key
+from squad_memory.storage.orm import (
+    AsyncContract,
+    DjangoChatStorage,
+    as_list,
+    check_session,
+    slot_key,
+)
 from squad_memory.summarizers import Summarizer, SummarizerFunc, resolve
 
 
@@ -143,6 +149,7 @@ class SummarizingChatStorage(AsyncContract):
         return trim(to_messages(self.memory.fetch(key)), max_history_size)
 
     def fetch_all_chats_sync(self, user_id: str, session_id: str) -> list[ConversationMessage]:
+        check_session(user_id, session_id)
         return self.memory.journal.fetch_all(user_id, session_id)
 
     def save_messages_detailed(

@@ -1,0 +1,124 @@
+"""A primary/replica router: every read a save or a compression depends on goes to the primary."""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.test import override_settings
+
+from squad_memory.models import Compression, Message, Slot
+from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
+from tests.conftest import msg, texts
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True, databases=["default", "replica"]),
+]
+
+THREADS, SAVES = 8, 15
+
+
+@pytest.fixture(autouse=True)
+def _close_replica() -> Iterator[None]:
+    """The test database is dropped at the end: no connection of this thread may stay open."""
+    yield
+    connections["replica"].close()
+
+
+class PrimaryReplicaRouter:
+    """Django's multiple-databases pattern: reads to the replica, writes to the primary.
+
+    Records every read it sends to the replica, with the squad_memory frames that asked.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.replica_reads: list[str] = []
+
+    def db_for_read(self, model: type[Any], **hints: Any) -> str:
+        frames = [
+            f"{f.filename.rsplit('squad_memory/', 1)[-1]}:{f.lineno} {f.name}"
+            for f in traceback.extract_stack()
+            if "/squad_memory/" in f.filename and "/tests/" not in f.filename
+        ]
+        with self.lock:
+            self.replica_reads.append(f"{model.__name__} <- {' <- '.join(reversed(frames))}")
+        return "replica"
+
+    def db_for_write(self, model: type[Any], **hints: Any) -> str:
+        return "default"
+
+    def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool:
+        return True
+
+    def allow_migrate(self, db: str, app_label: str, **hints: Any) -> bool:
+        return db == "default"
+
+
+def storage() -> SummarizingChatStorage:
+    return SummarizingChatStorage(
+        DjangoChatStorage(), "squad_memory.summarizers.offline.summarize", trigger_at=3, keep_last=1
+    )
+
+
+def activate(store: SummarizingChatStorage) -> None:
+    """A long history, then a fetch: the buffer is active, so crossing saves compress."""
+    store.save_chat_messages_sync("u", "s", "shared", [msg("user", "q"), msg("assistant", "a")] * 4)
+    store.fetch_chat_sync("u", "s", "shared")
+
+
+def save_from_threads(store: SummarizingChatStorage) -> list[BaseException]:
+    errors: list[BaseException] = []
+    start = threading.Barrier(THREADS)
+
+    def writer(n: int) -> None:
+        try:
+            start.wait()
+            for i in range(SAVES):
+                pair = [msg("user", f"w{n}:{i}:q"), msg("assistant", f"w{n}:{i}:a")]
+                store.save_chat_messages_sync("u", "s", "shared", pair)
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return errors
+
+
+def test_concurrent_saves_and_compressions_read_nothing_from_the_replica() -> None:
+    router, store = PrimaryReplicaRouter(), storage()
+    with override_settings(DATABASE_ROUTERS=[router]):
+        activate(store)
+        errors = save_from_threads(store)
+        fetched = store.fetch_chat_sync("u", "s", "shared")
+        merged = store.fetch_all_chats_sync("u", "s")
+    assert errors == []
+    assert router.replica_reads == [], "\n".join(sorted(set(router.replica_reads)))
+
+    slot = Slot.objects.get(agent_id="shared")
+    seqs = list(Message.objects.filter(slot=slot).order_by("seq").values_list("seq", flat=True))
+    stored = list(Message.objects.filter(slot=slot).values_list("content", flat=True))
+    assert seqs == list(range(1, 8 + THREADS * SAVES * 2 + 1)) and slot.last_seq == len(seqs)
+    written = [c[0]["text"] for c in stored if c[0]["text"].startswith("w")]
+    assert len(set(written)) == len(written) == THREADS * SAVES * 2, "a message was lost or doubled"
+    assert Compression.objects.filter(slot=slot, outcome="applied", trigger="save").count() >= 3
+    assert slot.active and fetched and len(merged) == len(seqs)
+    assert texts(fetched)[-1] == texts(merged)[-1].removeprefix("[shared] ")
+
+
+def test_display_reads_may_use_the_replica() -> None:
+    """The router is live in these tests: a plain read with no alias goes to the replica."""
+    router = PrimaryReplicaRouter()
+    with override_settings(DATABASE_ROUTERS=[router]):
+        assert Slot.objects.count() == 0
+    assert router.replica_reads and router.replica_reads[0].startswith("Slot")

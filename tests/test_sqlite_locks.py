@@ -1,0 +1,101 @@
+"""SQLite with a second writer: the W002 check, and a save that waits out a held write lock."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import OperationalError, transaction
+from django.test import override_settings
+
+from squad_memory import history
+from squad_memory.checks import check_sqlite
+
+ROOT = Path(__file__).resolve().parent.parent
+SQLITE = "django.db.backends.sqlite3"
+
+
+def w002(default: dict[str, Any]) -> list[str]:
+    with override_settings(DATABASES={"default": default}):
+        return [m.id for m in check_sqlite()]
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+@pytest.mark.parametrize(
+    "default,warned",
+    [
+        ({"ENGINE": SQLITE, "NAME": "db.sqlite3"}, True),  # startproject
+        ({"ENGINE": SQLITE, "NAME": "x", "OPTIONS": {"timeout": 20}}, True),
+        ({"ENGINE": SQLITE, "NAME": "x", "OPTIONS": {"transaction_mode": "IMMEDIATE"}}, True),
+        ({"ENGINE": SQLITE, "NAME": "x", "OPTIONS": {"transaction_mode": "DEFERRED", "timeout": 20}}, True),
+        ({"ENGINE": SQLITE, "NAME": "x", "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20}}, False),
+        ({"ENGINE": "django.db.backends.postgresql", "NAME": "app"}, False),
+    ],
+)
+def test_sqlite_without_immediate_transactions_and_a_timeout_is_warned(default: dict[str, Any], warned: bool) -> None:
+    assert w002(default) == (["squad_memory.W002"] if warned else [])
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_the_demo_settings_pass_the_sqlite_check() -> None:
+    from project import settings
+
+    default = settings.DATABASES["default"]
+    if default["ENGINE"] == SQLITE:
+        assert w002(default) == []
+
+
+def start_saver(db: Path, mode: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{db}", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.sqlite_saver", mode, "0.1"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@pytest.mark.parametrize("mode", ["IMMEDIATE", ""])
+def test_a_save_retries_while_a_second_connection_holds_the_write_lock(tmp_path: Path, mode: str) -> None:
+    db = tmp_path / "db.sqlite3"
+    proc = start_saver(db, mode)
+    assert proc.stdin is not None and proc.stderr is not None
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the second writer: holds the write lock
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    seen = []
+    for line in proc.stderr:  # hold the lock until the save has failed once (or died)
+        seen.append(line)
+        if "retrying" in line:
+            break
+    other.execute("ROLLBACK")
+    out, err = proc.communicate(timeout=60)
+    log = "".join(seen) + err
+    assert proc.returncode == 0, log
+    assert out.strip() == "saved 1"
+    assert "found the database locked (database is locked), attempt 1 of 5" in log
+    assert other.execute("SELECT count(*) FROM squad_memory_message").fetchone() == (1,)
+
+
+@pytest.mark.django_db
+def test_no_retry_inside_a_callers_transaction() -> None:
+    calls: list[int] = []
+
+    def locked() -> Any:
+        calls.append(1)
+        raise OperationalError("database is locked")
+
+    with pytest.raises(OperationalError, match="database is locked"), transaction.atomic():
+        history.retry_locked(locked, ("u", "s", "a"))
+    assert calls == [1]
