@@ -27,9 +27,8 @@ from squad_memory.search import extract_text
 
 SlotKey = tuple[str, str, str]
 
-#: Called with the slot after a save's rows are in, and whether its row is locked (else
-#: the hook claims in a transaction of its own); returns a claim token or None.
-ClaimHook = Callable[[Slot, bool], "str | None"]
+#: Called with the locked slot after a save's rows are in; returns a claim token or None.
+ClaimHook = Callable[[Slot], "str | None"]
 
 logger = logging.getLogger("squad_memory")
 
@@ -48,6 +47,8 @@ class AppendResult:
     skipped: bool = False
     claim: str | None = None
     rows: list[Message] = field(default_factory=list)
+    #: False after a one-statement save: no claim was considered under the row lock.
+    locked: bool = True
 
 
 def locked_slot(namespace: str, key: SlotKey) -> Slot:
@@ -89,8 +90,7 @@ def append(
         return AppendResult(slot=slot, accepted=[])
     if store_rows is None and len(messages) <= sql.ONE_STATEMENT_MAX:
         fast = _append_in_one_statement(namespace, key, messages, check_role, max_history_size)
-        if fast is not None:
-            fast.claim = claim(fast.slot, False) if claim is not None else None
+        if fast is not None:  # its row lock is gone: the caller claims apart, if due
             return fast
     return retry_locked(
         lambda: _append_once(
@@ -115,7 +115,7 @@ def _append_once(
             return AppendResult(slot=slot, accepted=[], skipped=True)
         rows = _insert(slot, messages, store_rows)
         _advance(slot, len(messages), messages[-1]["role"], max_history_size)
-        token = claim(slot, True) if claim is not None else None
+        token = claim(slot) if claim is not None else None
         slot.updated_at = timezone.now()
         sql.update_slot(slot, _SAVE_FIELDS)
     if rows:  # committed now, unless a caller's transaction is still open
@@ -194,7 +194,7 @@ def _append_in_one_statement(
     for i, row in enumerate(rows, start=slot.last_seq - len(rows) + 1):
         row.slot, row.seq = slot, i
     remember(alias, slot.pk, [_as_row(row) for row in rows])
-    return AppendResult(slot=slot, accepted=messages, rows=rows)
+    return AppendResult(slot=slot, accepted=messages, rows=rows, locked=False)
 
 
 def _rows(slot: Slot | None, last_seq: int, messages: list[MessageDict]) -> list[Message]:

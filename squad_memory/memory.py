@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils import timezone
-
 from squad_memory import buffer, compression, history, sql
 from squad_memory.compression import Claim, Result
 from squad_memory.dispatch import Dispatcher, get_dispatcher
@@ -89,23 +87,33 @@ class Memory:
         saved = Saved(appended, inner=inner)
         if appended.claim:
             saved.compression = self._dispatch(appended.slot, appended.claim, "save")
+        elif not appended.locked and self.policy is not None:
+            claimed = self._claim_after(appended.slot)
+            saved.compression = self._run(claimed, "save") if claimed else None
         return saved
 
-    def _claim_on_save(self, slot: Slot, locked: bool) -> str | None:
+    def _claim_on_save(self, slot: Slot) -> str | None:
         """Claim a compression if the save left an active buffer over the threshold."""
         assert self.policy is not None and self.dispatcher is not None
         if not slot.active:
             return None
-        lease, trigger = self.dispatcher.claim_lease_seconds, self.policy.trigger_at
-        if locked:
-            return compression.claim_locked(slot, trigger, lease_seconds=lease)
-        if not compression.due(slot, trigger):  # the common case: no second statement
+        lease = self.dispatcher.claim_lease_seconds
+        return compression.claim_locked(slot, self.policy.trigger_at, lease_seconds=lease)
+
+    def _claim_after(self, slot: Slot) -> Claim | None:
+        """The same claim after a save that held no lock: in a short transaction of its
+        own, only when the slot as saved looks due (the common case costs nothing)."""
+        assert self.policy is not None and self.dispatcher is not None
+        if not slot.active or not compression.due(slot, self.policy.trigger_at):
             return None
-        claimed = compression.claim(slot.pk, trigger, self.policy.keep_last, lease_seconds=lease)
-        if claimed is None:
-            return None
-        slot.pending_since, slot.pending_token = timezone.now(), claimed.token
-        return claimed.token
+        lease = self.dispatcher.claim_lease_seconds
+        return compression.claim(
+            slot.pk,
+            self.policy.trigger_at,
+            self.policy.keep_last,
+            lease_seconds=lease,
+            run_now=True,
+        )
 
     # -- reading ---------------------------------------------------------------------
     def fetch(self, key: SlotKey) -> list[MessageDict]:

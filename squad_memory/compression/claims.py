@@ -55,11 +55,13 @@ def claim(
     *,
     lease_seconds: float,
     after_seq: int = 0,
+    run_now: bool = False,
 ) -> Claim | None:
     """Claim a compression of an active slot over the threshold (the caller dispatches it).
 
     None when the buffer is short enough, a compression is already pending, or the
-    slot holds no message after ``after_seq``.
+    slot holds no message after ``after_seq``. ``run_now``: the claim carries the slot
+    row as locked, for a run that starts at once (it spares the run a read).
     """
     with transaction.atomic(using=db_alias()):
         slot = _locked(slot_id)
@@ -69,7 +71,8 @@ def claim(
         if token is None:
             return None
         slot.save(update_fields=["pending_since", "pending_token", "lease_until", "updated_at"])
-    return Claim(slot.pk, token, slot.keep_last_for(trigger_at, keep_last))
+    keep = slot.keep_last_for(trigger_at, keep_last)
+    return Claim(slot.pk, token, keep, slot if run_now else None)
 
 
 def activate(
