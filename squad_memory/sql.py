@@ -20,10 +20,10 @@ from django.db.models import Field
 
 from squad_memory.models import Message, Slot
 
-#: Rows per INSERT statement: 7 parameters each stays under SQLite's 999-variable limit.
-INSERT_CHUNK = 140
+#: Rows per INSERT statement: rows x columns stays under SQLite's 999-variable limit.
+INSERT_CHUNK = 120
 
-_MESSAGE_COLUMNS = ("slot", "seq", "role", "content", "citations", "timestamp", "text")
+_MESSAGE_COLUMNS = ("slot", "seq", "role", "content", "citations", "timestamp", "text", "tokens")
 _READ_COLUMNS = ("seq", "role", "content", "citations")
 
 
