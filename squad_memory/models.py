@@ -202,6 +202,7 @@ class Slot(models.Model):
             self.trigger_for(default_trigger),
             self.buffer_tokens,
             self.trigger_tokens_for(default_tokens),
+            self.summary_tokens,
         )
 
     def keep_last_for(self, default_trigger: int, default_keep: int) -> int:

@@ -23,11 +23,21 @@ def needs_compression(
     trigger_at: int,
     buffer_tokens: int = 0,
     trigger_tokens: int | None = None,
+    summary_tokens: int = 0,
 ) -> bool:
-    """The trigger rule: a buffer longer than ``trigger_at`` pairs, or holding more than
-    ``trigger_tokens`` tokens (when set), is compressed. ``over_threshold`` states it in SQL.
+    """The trigger rule (``SlotQuerySet.over_threshold`` states it in SQL).
+
+    A buffer longer than ``trigger_at`` pairs is compressed; so is one holding more than
+    ``trigger_tokens`` tokens (when set) whose messages after the summary make at least
+    half of that: a summary that alone fills the budget is folded again only after
+    half a budget of new messages, never on every save.
     """
-    over_tokens = trigger_tokens is not None and buffer_tokens > trigger_tokens
+    new_tokens = buffer_tokens - summary_tokens
+    over_tokens = (
+        trigger_tokens is not None
+        and buffer_tokens > trigger_tokens
+        and 2 * new_tokens > trigger_tokens
+    )
     return buffer_length > trigger_at * 2 or over_tokens
 
 
@@ -87,7 +97,11 @@ class SlotQuerySet(models.QuerySet["Slot"]):
             .with_trigger(default_trigger_at)
             .with_trigger_tokens(default_trigger_tokens)
             .alias(blen=buffer_len)
-            .filter(Q(blen__gt=F("trigger") * 2) | Q(buffer_tokens__gt=F("trigger_tok")))
+            .alias(new_tok=(F("buffer_tokens") - F("summary_tokens")) * 2)
+            .filter(
+                Q(blen__gt=F("trigger") * 2)
+                | Q(buffer_tokens__gt=F("trigger_tok"), new_tok__gt=F("trigger_tok"))
+            )
         )
 
     def inactive_over_threshold(
