@@ -711,3 +711,22 @@ def test_summarize_now_in_celery_mode_queues_the_compression(
     assert slot.state == "pending" and slot.active and not Compression.objects.exists()
     page = admin_client.get(url("slot_changelist"), {"state": "pending"})
     assert [s.pk for s in page.context["cl"].result_list] == [slot.pk]
+
+
+def test_slot_list_and_page_show_the_buffers_tokens(admin_client: Client) -> None:
+    slot = make_slot(2, user="tokens")
+    Slot.objects.filter(pk=slot.pk).update(buffer_tokens=4321, summary_tokens=1234)
+    page = admin_client.get(url("slot_changelist")).content.decode()
+    assert "buffer tokens" in page.lower() and ">4321<" in page
+    detail = admin_client.get(url("slot_change", slot.pk)).content.decode()
+    assert "4321" in detail and "1234" in detail
+
+
+def test_slot_page_edits_the_token_overrides(admin_client: Client) -> None:
+    slot = make_slot(2)
+    data = {"trigger_at": "", "keep_last": "", "max_buffer_pairs": "", "trigger_tokens": "500"}
+    bad = admin_client.post(url("slot_change", slot.pk), {**data, "max_buffer_tokens": "100"})
+    assert bad.status_code == 200 and "at least the token trigger" in bad.content.decode()
+    admin_client.post(url("slot_change", slot.pk), {**data, "max_buffer_tokens": "900"})
+    slot.refresh_from_db()
+    assert (slot.trigger_tokens, slot.max_buffer_tokens) == (500, 900)
