@@ -447,6 +447,7 @@ def test_export_downloads_history_buffer_and_log(admin_client: Client) -> None:
     data = json.loads(b"".join(response.streaming_content))
     (item,) = data["slots"]
     assert item["slot"]["user_id"] == "u" and item["state"] == "active"
+    assert item["slot"]["buffer_tokens"] == Slot.objects.get(pk=slot.pk).buffer_tokens
     assert [m["seq"] for m in item["messages"]] == list(range(1, 13))
     assert [m["trimmed"] for m in item["messages"][:3]] == [True, True, False]
     assert [m["content"][0]["text"] for m in item["buffer"]] == [
