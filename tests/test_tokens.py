@@ -334,3 +334,30 @@ def test_the_fixed_insert_stays_under_sqlites_variable_limit() -> None:
     DjangoChatStorage().save_chat_messages_sync(*KEY, rows)  # three INSERT statements
     assert slot().buffer_tokens == 2 * len(rows)
     assert_totals(slot())
+
+
+def test_the_sweeps_query_and_the_rule_agree_on_every_case() -> None:
+    cases = itertools.product(
+        [0, 3, 60],  # summary_tokens
+        [0, 40, 49, 51, 90, 200],  # tokens after the summary
+        [None, 50],  # the slot's override
+        [None, 100],  # the default
+        [2, 41],  # tail messages (trigger_at 20: 41 > 40 trips by pairs)
+    )
+    for n, (summary, tail_tokens, override, default, tail) in enumerate(cases):
+        Slot.objects.create(
+            user_id="u",
+            session_id=f"{default}",
+            agent_id=str(n),
+            active=True,
+            summary_length=1,
+            summary_tokens=summary,
+            buffer_tokens=summary + tail_tokens,
+            last_seq=tail,
+            trigger_tokens=override,
+        )
+    for default in (None, 100):
+        slots = Slot.objects.filter(session_id=f"{default}")
+        over = set(slots.over_threshold(20, default).values_list("pk", flat=True))
+        rule = {s.pk for s in slots if s.needs_compression(20, default)}
+        assert over == rule and 0 < len(rule) < slots.count()
