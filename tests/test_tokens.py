@@ -17,9 +17,11 @@ from squad_memory.messages import needs_compression
 from squad_memory.models import Compression, Message, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from tests import summarizers
+from tests.celery_fixtures import queued_args
 from tests.conftest import msg, texts
 
 pytestmark = pytest.mark.django_db(transaction=True)
+pytest_plugins = ["tests.celery_fixtures"]
 
 KEY = ("u", "s", "a")
 CALLS: list[dict[str, Any]] = []
@@ -361,3 +363,16 @@ def test_the_sweeps_query_and_the_rule_agree_on_every_case() -> None:
         over = set(slots.over_threshold(20, default).values_list("pk", flat=True))
         rule = {s.pk for s in slots if s.needs_compression(20, default)}
         assert over == rule and 0 < len(rule) < slots.count()
+
+
+def test_celery_mode_queues_one_compression_on_a_token_crossing(redis_queue: Any) -> None:
+    store = wrap("tests.celery_summarizers.fold", trigger_at=20, mode="celery", trigger_tokens=50)
+    for i in range(2):
+        say(store, i)  # 40 tokens
+    store.fetch_chat_sync(*KEY)
+    assert not slot().active and queued_args(redis_queue) == []
+    say(store, 2)  # 60 tokens
+    store.fetch_chat_sync(*KEY)  # activates: its compression is queued for a worker
+    say(store, 3)  # the claim is held: no second task
+    assert slot().active and len(queued_args(redis_queue)) == 1
+    assert_totals(slot())
