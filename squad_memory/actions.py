@@ -40,6 +40,8 @@ _SLOT_FIELDS = (
     "visible_from_seq",
     "active",
     "summary_length",
+    "summary_tokens",
+    "buffer_tokens",
     "covered_seq",
     "version",
     "trigger_at",

@@ -12,7 +12,7 @@ from typing import Any
 
 from squad_memory import history, tails
 from squad_memory.messages import MessageDict
-from squad_memory.models import Slot
+from squad_memory.models import Message, Slot
 
 
 @dataclass
@@ -26,21 +26,49 @@ class Snapshot:
     messages: list[MessageDict]
     #: How many of ``messages`` are the summary prefix (the rest are raw rows).
     prefix: int = 0
+    #: The tokens of ``messages``: the slot's running total as the snapshot was read.
+    tokens: int = 0
 
 
-def read(slot: Slot, max_tail: int | None = None) -> list[MessageDict]:
+def read(
+    slot: Slot, max_tail: int | None = None, max_tokens: int | None = None
+) -> list[MessageDict]:
     """The active buffer of a slot: prefix plus the messages after the pointer (one query).
 
-    With ``max_tail`` (the hard limit), a tail longer than that is cut to its newest
-    messages, starting with the role that follows the prefix, so roles still alternate.
+    With ``max_tail`` or ``max_tokens`` (the hard limits), a tail past them is cut to
+    its newest messages that fit, starting with the role that follows the prefix, so
+    roles still alternate.
     """
     prefix = list(slot.summary)
-    tail = _tail(slot, slot.covered_seq, max_tail)
-    if max_tail is not None and slot.last_seq - slot.covered_seq > max_tail:
-        after = prefix[-1]["role"] if prefix else "assistant"
-        if tail and tail[0]["role"] == after:
-            tail = tail[1:]
+    over_tokens = max_tokens is not None and slot.buffer_tokens > max_tokens
+    over_pairs = max_tail is not None and slot.last_seq - slot.covered_seq > max_tail
+    if not over_tokens and not over_pairs:
+        return prefix + _tail(slot, slot.covered_seq)
+    if over_tokens:
+        assert max_tokens is not None
+        newest = _fitting(slot, max_tokens - slot.summary_tokens, max_tail)
+        tail = _tail(slot, slot.covered_seq, newest) if newest else []
+    else:
+        tail = _tail(slot, slot.covered_seq, max_tail)
+    after = prefix[-1]["role"] if prefix else "assistant"
+    if tail and tail[0]["role"] == after:
+        tail = tail[1:]
     return prefix + tail
+
+
+def _fitting(slot: Slot, budget: int, max_tail: int | None) -> int:
+    """How many of the tail's newest messages fit in ``budget`` tokens (their stored counts)."""
+    rows = Message.objects.using(history.db_alias()).filter(
+        slot_id=slot.pk, seq__gt=slot.covered_seq
+    )
+    counts = rows.order_by("-seq").values_list("tokens", flat=True)
+    fitting = 0
+    for cost in counts[:max_tail] if max_tail is not None else counts:
+        budget -= cost
+        if budget < 0:
+            break
+        fitting += 1
+    return fitting
 
 
 def current(slot: Slot) -> list[MessageDict]:
@@ -57,7 +85,13 @@ def snapshot(slot: Slot, rows: list[dict[str, Any]] | None = None) -> Snapshot:
         rows = _tail(slot, slot.covered_seq)
     messages = list(slot.summary) + [_plain(r) for r in rows if r["seq"] <= slot.last_seq]
     return Snapshot(
-        slot.pk, slot.version, slot.covered_seq + 1, slot.last_seq, messages, len(slot.summary)
+        slot.pk,
+        slot.version,
+        slot.covered_seq + 1,
+        slot.last_seq,
+        messages,
+        prefix=len(slot.summary),
+        tokens=slot.buffer_tokens,
     )
 
 

@@ -22,6 +22,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors += _check_sizes()
     errors += _check_choices()
     errors += _check_limits()
+    errors += _check_tokens()
     errors += _check_llm()
     return errors
 
@@ -146,6 +147,45 @@ def _check_limits() -> list[CheckMessage]:
             Error(
                 f"{SETTING_NAME}['MAX_ID_LENGTH'] cannot exceed 255, the length of the id columns.",
                 id="squad_memory.E010",
+            )
+        )
+    return errors
+
+
+def _check_tokens() -> list[CheckMessage]:
+    """Token budgets (E040) and the counter (E041)."""
+    errors: list[CheckMessage] = []
+    budgets = {name: app_settings.raw(name) for name in ("TRIGGER_TOKENS", "MAX_BUFFER_TOKENS")}
+    for name, value in budgets.items():
+        if value is not None and not _is_int(value, 1):
+            errors.append(
+                Error(
+                    f"{SETTING_NAME}[{name!r}] must be None or an integer >= 1, got {value!r}.",
+                    id="squad_memory.E040",
+                )
+            )
+    trigger, limit = budgets["TRIGGER_TOKENS"], budgets["MAX_BUFFER_TOKENS"]
+    if not errors and trigger is not None and limit is not None and limit < trigger:
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['MAX_BUFFER_TOKENS'] ({limit}) must be at least "
+                f"TRIGGER_TOKENS ({trigger}).",
+                id="squad_memory.E040",
+            )
+        )
+    counter = app_settings.raw("TOKEN_COUNTER")
+    try:
+        resolved = counter if callable(counter) else import_string(counter)
+    except (ImportError, TypeError, ValueError) as exc:
+        resolved, reason = None, str(exc)
+    else:
+        reason = "it is not callable"
+    if not callable(resolved):
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['TOKEN_COUNTER'] = {counter!r} cannot be used: {reason}.",
+                hint="A dotted path of a function (message) -> int.",
+                id="squad_memory.E041",
             )
         )
     return errors

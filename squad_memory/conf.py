@@ -25,6 +25,15 @@ DEFAULTS: dict[str, Any] = {
     # The hard limit: fetch_chat returns at most the summary plus this many newest pairs
     # while compressions lag or fail. None: 3 x TRIGGER_AT (the slot's own trigger_at).
     "MAX_BUFFER_PAIRS": None,
+    # Token budgets (None: off). Compress an active buffer also when it holds more than
+    # TRIGGER_TOKENS tokens (whichever of TRIGGER_AT and TRIGGER_TOKENS trips first).
+    "TRIGGER_TOKENS": None,
+    # The hard limit in tokens: fetch_chat returns the summary plus the newest messages
+    # that fit in MAX_BUFFER_TOKENS while compressions lag or fail.
+    "MAX_BUFFER_TOKENS": None,
+    # Dotted path of ``(message) -> int``: the tokens of one stored message, counted once
+    # at save. The default is an offline estimate (UTF-8 bytes of text / 4).
+    "TOKEN_COUNTER": "squad_memory.tokens.estimate",
     # "record": a summarizer error is logged and the save succeeds; "raise": the save raises.
     "ON_ERROR": "record",
     # "inline": compress on the caller's thread; "celery": in a worker.
@@ -72,6 +81,9 @@ DEFAULTS: dict[str, Any] = {
         # Retries done by the SDK itself within one compression.
         "MAX_RETRIES": 2,
         "MAX_TOKENS": 1024,
+        # None: no token budget; else the summary's budget in tokens, put in the prompt
+        # and sent as the request's max_tokens.
+        "SUMMARY_TOKENS": None,
         "TEMPERATURE": 0.2,
         # None: the built-in prompt; else a template with {previous}, {messages}, {max_chars}.
         "PROMPT": None,
@@ -122,6 +134,16 @@ class Settings:
     @property
     def max_buffer_pairs(self) -> int | None:
         value = self.raw("MAX_BUFFER_PAIRS")
+        return None if value is None else int(value)
+
+    @property
+    def trigger_tokens(self) -> int | None:
+        value = self.raw("TRIGGER_TOKENS")
+        return None if value is None else int(value)
+
+    @property
+    def max_buffer_tokens(self) -> int | None:
+        value = self.raw("MAX_BUFFER_TOKENS")
         return None if value is None else int(value)
 
     @property

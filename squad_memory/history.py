@@ -20,7 +20,7 @@ from django.db import OperationalError, connections, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from squad_memory import sql, tails
+from squad_memory import sql, tails, tokens
 from squad_memory.messages import MessageDict, is_same_role, now_ms, trim_size
 from squad_memory.models import Message, Slot
 from squad_memory.search import extract_text
@@ -114,6 +114,7 @@ def _append_once(
         if check_role and is_same_role(slot.last_role, messages[0]["role"]):
             return AppendResult(slot=slot, accepted=[], skipped=True)
         rows = _insert(slot, messages, store_rows)
+        slot.buffer_tokens += sum(row.tokens for row in rows)  # the running total (tokens.py)
         _advance(slot, len(messages), messages[-1]["role"], max_history_size)
         token = claim(slot) if claim is not None else None
         slot.updated_at = timezone.now()
@@ -166,6 +167,7 @@ _SAVE_FIELDS = [
     "pending_token",
     "lease_until",
     "updated_at",
+    "buffer_tokens",
 ]
 
 
@@ -208,6 +210,7 @@ def _rows(slot: Slot | None, last_seq: int, messages: list[MessageDict]) -> list
             citations=m.get("citations"),
             timestamp=m.get("timestamp") or stamp,  # importers keep the original time
             text=extract_text(m["content"]),
+            tokens=tokens.count(m),
         )
         for i, m in enumerate(messages, start=1)
     ]
@@ -244,7 +247,8 @@ def _advance(slot: Slot, count: int, last_role: str, max_history_size: int | Non
 
 def insert_rows(slot: Slot, messages: list[MessageDict]) -> None:
     """Store messages after the slot's last sequence number and advance it (lock held)."""
-    _insert(slot, messages, None)
+    rows = _insert(slot, messages, None)
+    slot.buffer_tokens += sum(row.tokens for row in rows)
     slot.last_seq += len(messages)
     if messages:
         slot.last_role = messages[-1]["role"]

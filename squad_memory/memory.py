@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from squad_memory import buffer, compression, history, sql
+from squad_memory import buffer, compression, history, sql, tokens
 from squad_memory.compression import Claim, Result
 from squad_memory.dispatch import Dispatcher, get_dispatcher
 from squad_memory.exceptions import SummarizerError
@@ -98,7 +98,12 @@ class Memory:
         if not slot.active:
             return None
         lease = self.dispatcher.claim_lease_seconds
-        return compression.claim_locked(slot, self.policy.trigger_at, lease_seconds=lease)
+        return compression.claim_locked(
+            slot,
+            self.policy.trigger_at,
+            lease_seconds=lease,
+            trigger_tokens=self.policy.trigger_tokens,
+        )
 
     def _claim_after(self, slot: Slot) -> Claim | None:
         """The same claim after a save that held no lock: in a short transaction of its
@@ -127,7 +132,7 @@ class Memory:
         if slot is None and seed is None:
             return []
         seen = slot.last_seq if slot is not None else 0
-        if needs_compression(seen if seed is None else len(seed), self._trigger(slot)):
+        if self._needs_activation(slot, seed, seen):
             slot = slot or self._create(key)
             activated = self._activate(slot, seed, seen if seed is not None else None)
             if activated is not None:
@@ -146,11 +151,25 @@ class Memory:
         if not slot.active or self.policy is None:
             return buffer.current(slot)
         pairs = slot.max_pairs_for(self.policy.trigger_at, self.policy.max_buffer_pairs)
-        return buffer.read(slot, 2 * pairs)
+        return buffer.read(slot, 2 * pairs, slot.max_tokens_for(self.policy.max_buffer_tokens))
 
     def _trigger(self, slot: Slot | None) -> int:
         assert self.policy is not None
         return slot.trigger_for(self.policy.trigger_at) if slot else self.policy.trigger_at
+
+    def _needs_activation(
+        self, slot: Slot | None, seed: list[MessageDict] | None, seen: int
+    ) -> bool:
+        """The trigger rule over an inactive history (a foreign store's seed is counted)."""
+        assert self.policy is not None
+        default = self.policy.trigger_tokens
+        trigger_tokens = slot.trigger_tokens_for(default) if slot is not None else default
+        if seed is None:
+            length, counted = seen, slot.buffer_tokens if slot is not None else 0
+        else:
+            length = len(seed)
+            counted = tokens.count_all(seed) if trigger_tokens is not None else 0
+        return needs_compression(length, self._trigger(slot), counted, trigger_tokens)
 
     def _create(self, key: SlotKey) -> Slot:
         user_id, session_id, agent_id = key
@@ -202,6 +221,7 @@ class Memory:
             seed=seed,
             expect_last_seq=seen,
             default_trigger=self.policy.trigger_at,
+            trigger_tokens=None if trigger is None else self.policy.trigger_tokens,
         )
 
     def _dispatch(self, slot: Slot, token: str, trigger: str) -> Result:

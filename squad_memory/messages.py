@@ -11,9 +11,11 @@ from typing import Any, NotRequired, TypedDict
 from agent_squad.types import ConversationMessage
 
 from squad_memory.exceptions import InvalidMessage, InvalidSlotKey, InvalidSummarizerOutput
+from squad_memory.querysets import needs_compression as needs_compression  # the trigger rule
 from squad_memory.validation import id_problem
 
 ROLES = ("user", "assistant")
+
 
 class MessageDict(TypedDict):
     """A stored message: what a save keeps, a buffer holds and a summarizer's output becomes."""
@@ -37,11 +39,6 @@ def role_value(role: Any) -> str:
 def is_same_role(last_role: str, new_role: str) -> bool:
     """The role rule of ``save_chat_message``: a message repeating the last role is skipped."""
     return bool(last_role) and last_role == new_role
-
-
-def needs_compression(buffer_length: int, trigger_at: int) -> bool:
-    """The trigger rule: a buffer longer than ``trigger_at`` pairs is compressed."""
-    return buffer_length > trigger_at * 2
 
 
 def effective_keep_last(slot: Any, trigger_at: int, keep_last: int) -> int:

@@ -17,7 +17,14 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.conf import app_settings
-from squad_memory.querysets import DJANGO_NAMESPACE, Outcome, SlotQuerySet, SlotState, ago
+from squad_memory.querysets import (
+    DJANGO_NAMESPACE,
+    Outcome,
+    SlotQuerySet,
+    SlotState,
+    ago,
+    needs_compression,
+)
 from squad_memory.validation import visible
 
 __all__ = [
@@ -103,6 +110,29 @@ class Slot(models.Model):
     )
     last_failed = models.BooleanField(_("last compression failed"), default=False)
 
+    # Token budgets: running totals kept by every save and compression (never recounted).
+    buffer_tokens = models.BigIntegerField(
+        _("buffer tokens"),
+        default=0,
+        help_text=_(
+            "Tokens of the buffer: summary plus the messages after it (inactive: every stored "
+            "message)."
+        ),
+    )
+    summary_tokens = models.IntegerField(_("summary tokens"), default=0)
+    trigger_tokens = models.PositiveIntegerField(
+        _("trigger at (tokens)"),
+        null=True,
+        blank=True,
+        help_text=_("Overrides the storage's value."),
+    )
+    max_buffer_tokens = models.PositiveIntegerField(
+        _("hard limit (tokens)"),
+        null=True,
+        blank=True,
+        help_text=_("Overrides the storage's value."),
+    )
+
     objects = SlotQuerySet.as_manager()
 
     class Meta:
@@ -138,11 +168,18 @@ class Slot(models.Model):
     @property
     def state(self) -> SlotState:
         """The summary state, judged with the settings' TRIGGER_AT and MAX_BUFFER_PAIRS."""
-        return self.state_for(app_settings.trigger_at, app_settings.max_buffer_pairs)
+        return self.state_for(
+            app_settings.trigger_at, app_settings.max_buffer_pairs, app_settings.max_buffer_tokens
+        )
 
-    def state_for(self, default_trigger_at: int, default_max_pairs: int | None) -> SlotState:
+    def state_for(
+        self,
+        default_trigger_at: int,
+        default_max_pairs: int | None,
+        default_max_tokens: int | None = None,
+    ) -> SlotState:
         """The summary state (the same rule as ``SlotQuerySet.in_state``)."""
-        if self.is_over_limit(default_trigger_at, default_max_pairs):
+        if self.is_over_limit(default_trigger_at, default_max_pairs, default_max_tokens):
             return SlotState.OVER_LIMIT
         if self.pending_since is not None:
             return SlotState.PENDING
@@ -154,6 +191,20 @@ class Slot(models.Model):
     def trigger_for(self, default: int) -> int:
         """The trigger_at this slot compresses at: its override, else ``default``."""
         return self.trigger_at or default
+
+    def trigger_tokens_for(self, default: int | None) -> int | None:
+        """The token trigger this slot compresses at: its override, else ``default``."""
+        return self.trigger_tokens or default
+
+    def needs_compression(self, default_trigger: int, default_tokens: int | None) -> bool:
+        """The trigger rule for this slot's buffer (``SlotQuerySet.over_threshold`` in SQL)."""
+        return needs_compression(
+            self.buffer_length,
+            self.trigger_for(default_trigger),
+            self.buffer_tokens,
+            self.trigger_tokens_for(default_tokens),
+            self.summary_tokens,
+        )
 
     def keep_last_for(self, default_trigger: int, default_keep: int) -> int:
         """The slot's keep_last (its override or the default), kept below its trigger_at.
@@ -169,10 +220,21 @@ class Slot(models.Model):
         three times the slot's trigger_at."""
         return self.max_buffer_pairs or default_max_pairs or 3 * self.trigger_for(default_trigger)
 
-    def is_over_limit(self, default_trigger: int, default_max_pairs: int | None) -> bool:
-        """An active buffer whose tail is past the hard limit (compressions lag or fail)."""
+    def max_tokens_for(self, default_max_tokens: int | None) -> int | None:
+        """The hard limit on the buffer in tokens: the override, the default, or None."""
+        return self.max_buffer_tokens or default_max_tokens
+
+    def is_over_limit(
+        self,
+        default_trigger: int,
+        default_max_pairs: int | None,
+        default_max_tokens: int | None = None,
+    ) -> bool:
+        """An active buffer past the hard limit, in pairs or tokens (compressions lag or fail)."""
         limit = 2 * self.max_pairs_for(default_trigger, default_max_pairs)
-        return self.active and self.last_seq - self.covered_seq > limit
+        tokens = self.max_tokens_for(default_max_tokens)
+        over_tokens = tokens is not None and self.buffer_tokens > tokens
+        return self.active and (self.last_seq - self.covered_seq > limit or over_tokens)
 
     @property
     def buffer_from_seq(self) -> int:
@@ -209,6 +271,9 @@ class Message(models.Model):
         default="",
         blank=True,
         help_text=_("Text of the content blocks and tool calls, extracted at save for search."),
+    )
+    tokens = models.IntegerField(
+        _("tokens"), default=0, help_text=_("Counted once at save by TOKEN_COUNTER.")
     )
 
     class Meta:

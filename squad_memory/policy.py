@@ -24,6 +24,10 @@ class Policy:
     on_error: str = "record"
     #: The hard limit on what a fetch returns, in pairs; None: 3 x the slot's trigger_at.
     max_buffer_pairs: int | None = None
+    #: Compress also when the buffer holds more tokens than this; None: off.
+    trigger_tokens: int | None = None
+    #: The hard limit on what a fetch returns, in tokens; None: off.
+    max_buffer_tokens: int | None = None
 
     def __post_init__(self) -> None:
         check_sizes(self.trigger_at, self.keep_last)
@@ -34,6 +38,7 @@ class Policy:
                 f"max_buffer_pairs must be an integer of at least trigger_at ({self.trigger_at}), "
                 f"got {self.max_buffer_pairs!r}."
             )
+        check_tokens(self.trigger_tokens, self.max_buffer_tokens)
         check_choice("mode", self.mode, MODES)
         check_choice("on_error", self.on_error, ON_ERROR)
         if self.mode == "celery":
@@ -60,6 +65,27 @@ def check_sizes(trigger_at: Any, keep_last: Any) -> None:
         raise ConfigurationError(
             f"keep_last ({keep_last}) must be smaller than trigger_at ({trigger_at}), "
             f"or a compression could never shorten the buffer."
+        )
+
+
+def check_tokens(trigger_tokens: Any, max_buffer_tokens: Any) -> None:
+    """Token budgets: None or positive integers, the hard limit not below the trigger."""
+    for name, value in (
+        ("trigger_tokens", trigger_tokens),
+        ("max_buffer_tokens", max_buffer_tokens),
+    ):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise ConfigurationError(f"{name} must be None or a positive integer, got {value!r}.")
+    if (
+        trigger_tokens is not None
+        and max_buffer_tokens is not None
+        and (max_buffer_tokens < trigger_tokens)
+    ):
+        raise ConfigurationError(
+            f"max_buffer_tokens ({max_buffer_tokens}) must be at least trigger_tokens "
+            f"({trigger_tokens})."
         )
 
 

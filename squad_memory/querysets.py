@@ -18,6 +18,29 @@ if TYPE_CHECKING:
 DJANGO_NAMESPACE = ""
 
 
+def needs_compression(
+    buffer_length: int,
+    trigger_at: int,
+    buffer_tokens: int = 0,
+    trigger_tokens: int | None = None,
+    summary_tokens: int = 0,
+) -> bool:
+    """The trigger rule (``SlotQuerySet.over_threshold`` states it in SQL).
+
+    A buffer longer than ``trigger_at`` pairs is compressed; so is one holding more than
+    ``trigger_tokens`` tokens (when set) whose messages after the summary make at least
+    half of that: a summary that alone fills the budget is folded again only after
+    half a budget of new messages, never on every save.
+    """
+    new_tokens = buffer_tokens - summary_tokens
+    over_tokens = (
+        trigger_tokens is not None
+        and buffer_tokens > trigger_tokens
+        and 2 * new_tokens > trigger_tokens
+    )
+    return buffer_length > trigger_at * 2 or over_tokens
+
+
 def ago(now: datetime, seconds: float) -> datetime:
     return now - timedelta(seconds=seconds)
 
@@ -57,22 +80,39 @@ class SlotQuerySet(models.QuerySet["Slot"]):
         """Alias ``trigger``: the slot's own trigger_at, or ``default_trigger_at``."""
         return self.alias(trigger=Coalesce("trigger_at", Value(default_trigger_at)))
 
-    def over_threshold(self, default_trigger_at: int) -> SlotQuerySet:
-        """Active slots whose buffer holds more than ``2 * trigger_at`` messages."""
+    def with_trigger_tokens(self, default_trigger_tokens: int | None) -> SlotQuerySet:
+        """Alias ``trigger_tok``: the slot's own trigger_tokens, or the default (NULL: off)."""
+        default = Value(default_trigger_tokens, output_field=models.BigIntegerField())
+        big = models.BigIntegerField()
+        return self.alias(trigger_tok=Coalesce("trigger_tokens", default, output_field=big))
+
+    def over_threshold(
+        self, default_trigger_at: int, default_trigger_tokens: int | None = None
+    ) -> SlotQuerySet:
+        """Active slots over the trigger rule (:func:`needs_compression`): more than
+        ``2 * trigger_at`` messages, or more than ``trigger_tokens`` tokens."""
         buffer_len = F("summary_length") + F("last_seq") - F("covered_seq")
         return (
             self.filter(active=True)
             .with_trigger(default_trigger_at)
+            .with_trigger_tokens(default_trigger_tokens)
             .alias(blen=buffer_len)
-            .filter(blen__gt=F("trigger") * 2)
+            .alias(new_tok=(F("buffer_tokens") - F("summary_tokens")) * 2)
+            .filter(
+                Q(blen__gt=F("trigger") * 2)
+                | Q(buffer_tokens__gt=F("trigger_tok"), new_tok__gt=F("trigger_tok"))
+            )
         )
 
-    def inactive_over_threshold(self, default_trigger_at: int) -> SlotQuerySet:
+    def inactive_over_threshold(
+        self, default_trigger_at: int, default_trigger_tokens: int | None = None
+    ) -> SlotQuerySet:
         """Inactive slots of :class:`DjangoChatStorage` whose whole history is over it."""
         return (
             self.filter(namespace=DJANGO_NAMESPACE, active=False)
             .with_trigger(default_trigger_at)
-            .filter(last_seq__gt=F("trigger") * 2)
+            .with_trigger_tokens(default_trigger_tokens)
+            .filter(Q(last_seq__gt=F("trigger") * 2) | Q(buffer_tokens__gt=F("trigger_tok")))
         )
 
     def claim_free(self, pending_timeout: float, now: datetime | None = None) -> SlotQuerySet:
@@ -86,24 +126,40 @@ class SlotQuerySet(models.QuerySet["Slot"]):
             Q(pending_since__isnull=True) | Q(lease_until__lt=now) | unleased_expired
         )
 
-    def with_limit(self, default_trigger_at: int, default_max_pairs: int | None) -> SlotQuerySet:
-        """Alias ``over``: True where the buffer's tail is past the slot's hard limit."""
+    def with_limit(
+        self,
+        default_trigger_at: int,
+        default_max_pairs: int | None,
+        default_max_tokens: int | None = None,
+    ) -> SlotQuerySet:
+        """Alias ``over``: True where the buffer is past the slot's hard limit (pairs or
+        tokens)."""
         trigger = Coalesce("trigger_at", Value(default_trigger_at))
         default = Value(default_max_pairs) if default_max_pairs else trigger * 3
         limit = Coalesce("max_buffer_pairs", default) * 2
-        over = Q(active=True) & Q(tail__gt=limit)
-        return self.alias(tail=F("last_seq") - F("covered_seq")).alias(
+        big = models.BigIntegerField()
+        max_tokens = Coalesce(
+            "max_buffer_tokens", Value(default_max_tokens, output_field=big), output_field=big
+        )
+        over_tokens = Q(max_tok__isnull=False) & Q(buffer_tokens__gt=F("max_tok"))
+        over = Q(active=True) & (Q(tail__gt=limit) | over_tokens)
+        return self.alias(tail=F("last_seq") - F("covered_seq"), max_tok=max_tokens).alias(
             over=models.ExpressionWrapper(over, output_field=models.BooleanField())
         )
 
     def in_state(
-        self, state: str, default_trigger_at: int = 20, default_max_pairs: int | None = None
+        self,
+        state: str,
+        default_trigger_at: int = 20,
+        default_max_pairs: int | None = None,
+        default_max_tokens: int | None = None,
     ) -> SlotQuerySet:
         """Slots in one :class:`SlotState` (the same rule as :meth:`Slot.state_for`)."""
         over = Q(over=True)
         pending = ~over & Q(pending_since__isnull=False)
         rest = ~over & Q(pending_since__isnull=True)
-        return self.with_limit(default_trigger_at, default_max_pairs).filter(
+        limits = (default_trigger_at, default_max_pairs, default_max_tokens)
+        return self.with_limit(*limits).filter(
             {
                 SlotState.OVER_LIMIT: over,
                 SlotState.PENDING: pending,

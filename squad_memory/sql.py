@@ -20,10 +20,10 @@ from django.db.models import Field
 
 from squad_memory.models import Message, Slot
 
-#: Rows per INSERT statement: 7 parameters each stays under SQLite's 999-variable limit.
-INSERT_CHUNK = 140
+#: Rows per INSERT statement: rows x columns stays under SQLite's 999-variable limit.
+INSERT_CHUNK = 120
 
-_MESSAGE_COLUMNS = ("slot", "seq", "role", "content", "citations", "timestamp", "text")
+_MESSAGE_COLUMNS = ("slot", "seq", "role", "content", "citations", "timestamp", "text", "tokens")
 _READ_COLUMNS = ("seq", "role", "content", "citations")
 
 
@@ -210,7 +210,7 @@ def _one_statement(alias: str, count: int) -> str:
     slot_table, message_table = quote(Slot._meta.db_table), quote(Message._meta.db_table)
     columns = ", ".join(str(quote(str(f.column))) for f in Slot._meta.concrete_fields)
     col = {name: str(quote(str(_field(Slot, name).column))) for name in _SLOT_SAVE}
-    values = ", ".join(["(%s::int, %s, %s::jsonb, %s::jsonb, %s::bigint, %s)"] * count)
+    values = ", ".join(["(%s::int, %s, %s::jsonb, %s::jsonb, %s::bigint, %s, %s::int)"] * count)
     message_columns = ", ".join(
         str(quote(str(_field(Message, name).column))) for name in _MESSAGE_COLUMNS
     )
@@ -222,17 +222,18 @@ def _one_statement(alias: str, count: int) -> str:
         f"{col['last_seq']} = {col['last_seq']} + %s, {col['last_role']} = %s, "
         f"{col['visible_from_seq']} = CASE WHEN %s > 0 THEN GREATEST("
         f"{col['visible_from_seq']}, {col['last_seq']} + %s - %s + 1) "
-        f"ELSE {col['visible_from_seq']} END, {col['updated_at']} = %s "
+        f"ELSE {col['visible_from_seq']} END, {col['updated_at']} = %s, "
+        f"{col['buffer_tokens']} = {col['buffer_tokens']} + %s "
         f"WHERE {where} AND NOT (%s AND {col['last_role']} <> '' AND {col['last_role']} = %s) "
         f"RETURNING {columns}), "
         f"ins AS (INSERT INTO {message_table} ({message_columns}) "
         f"SELECT s.{quote('id')}, s.{col['last_seq']} - %s + v.i, v.role, v.content, "
-        f"v.citations, v.ts, v.text FROM s, (VALUES {values}) AS v(i, role, content, citations, "
-        f"ts, text)) SELECT {columns} FROM s"
+        f"v.citations, v.ts, v.text, v.tokens FROM s, (VALUES {values}) "
+        f"AS v(i, role, content, citations, ts, text, tokens)) SELECT {columns} FROM s"
     )
 
 
-_SLOT_SAVE = ("last_seq", "last_role", "visible_from_seq", "updated_at")
+_SLOT_SAVE = ("last_seq", "last_role", "visible_from_seq", "updated_at", "buffer_tokens")
 
 
 def save_in_one_statement(
@@ -245,14 +246,15 @@ def save_in_one_statement(
     connection = connections[alias]
     count, last_role = len(rows), rows[-1].role
     updated = _field(Slot, "updated_at").get_db_prep_save(now, connection)
-    params: list[Any] = [count, last_role, keep, count, keep, updated, *key]
+    added = sum(row.tokens for row in rows)  # the running total (tokens.py)
+    params: list[Any] = [count, last_role, keep, count, keep, updated, added, *key]
     params += [check_role, rows[0].role, count]
     fields = [_field(Message, name) for name in ("content", "citations")]
     for i, row in enumerate(rows, start=1):
         content, citations = (
             f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields
         )
-        params += [i, row.role, content, citations, row.timestamp, row.text]
+        params += [i, row.role, content, citations, row.timestamp, row.text, row.tokens]
     with connection.cursor() as cursor:
         cursor.execute(_one_statement(alias, count), params)
         found = cursor.fetchone()

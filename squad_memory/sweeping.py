@@ -51,23 +51,31 @@ def sweep(*, activate: bool = False, limit: int | None = None) -> SweepReport:
     report = SweepReport()
     lease = dispatcher.claim_lease_seconds
     for slot_id in _ids(
-        Slot.objects.over_threshold(policy.trigger_at).claim_free(app_settings.pending_timeout),
+        Slot.objects.over_threshold(policy.trigger_at, policy.trigger_tokens).claim_free(
+            app_settings.pending_timeout
+        ),
         limit,
     ):
         claimed = compression.claim(
-            slot_id, policy.trigger_at, policy.keep_last, lease_seconds=lease
+            slot_id,
+            policy.trigger_at,
+            policy.keep_last,
+            lease_seconds=lease,
+            trigger_tokens=policy.trigger_tokens,
         )
         if claimed is not None:
             dispatcher.dispatch(claimed, trigger="sweep")
             report.enqueued += 1
     if activate:
-        for slot_id in _ids(Slot.objects.inactive_over_threshold(policy.trigger_at), limit):
+        inactive = Slot.objects.inactive_over_threshold(policy.trigger_at, policy.trigger_tokens)
+        for slot_id in _ids(inactive, limit):
             _, claimed = compression.activate(
                 slot_id,
                 policy.trigger_at,
                 policy.keep_last,
                 lease_seconds=lease,
                 default_trigger=policy.trigger_at,
+                trigger_tokens=policy.trigger_tokens,
             )
             if claimed is not None:
                 dispatcher.dispatch(claimed, trigger="sweep")

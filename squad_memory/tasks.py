@@ -98,6 +98,7 @@ def _follow_up(done: Claim, covered: int, summarizer_path: str, trigger_at: int 
         done.keep_last,
         lease_seconds=app_settings.pending_timeout,
         after_seq=covered,
+        trigger_tokens=app_settings.trigger_tokens,
     )
     if again is not None:
         publish(again, summarizer_path, trigger_at)

@@ -447,6 +447,7 @@ def test_export_downloads_history_buffer_and_log(admin_client: Client) -> None:
     data = json.loads(b"".join(response.streaming_content))
     (item,) = data["slots"]
     assert item["slot"]["user_id"] == "u" and item["state"] == "active"
+    assert item["slot"]["buffer_tokens"] == Slot.objects.get(pk=slot.pk).buffer_tokens
     assert [m["seq"] for m in item["messages"]] == list(range(1, 13))
     assert [m["trimmed"] for m in item["messages"][:3]] == [True, True, False]
     assert [m["content"][0]["text"] for m in item["buffer"]] == [
@@ -760,3 +761,22 @@ def test_export_needs_the_view_permissions_of_what_it_holds(editor_client: Clien
     full = Client()
     full.force_login(staff("auditor", "change_slot", "view_message", "view_compression"))
     assert full.post(url("slot_export", slot.pk)).status_code == 200
+
+
+def test_slot_list_and_page_show_the_buffers_tokens(admin_client: Client) -> None:
+    slot = make_slot(2, user="tokens")
+    Slot.objects.filter(pk=slot.pk).update(buffer_tokens=4321, summary_tokens=1234)
+    page = admin_client.get(url("slot_changelist")).content.decode()
+    assert "buffer tokens" in page.lower() and ">4321<" in page
+    detail = admin_client.get(url("slot_change", slot.pk)).content.decode()
+    assert "4321" in detail and "1234" in detail
+
+
+def test_slot_page_edits_the_token_overrides(admin_client: Client) -> None:
+    slot = make_slot(2)
+    data = {"trigger_at": "", "keep_last": "", "max_buffer_pairs": "", "trigger_tokens": "500"}
+    bad = admin_client.post(url("slot_change", slot.pk), {**data, "max_buffer_tokens": "100"})
+    assert bad.status_code == 200 and "at least the token trigger" in bad.content.decode()
+    admin_client.post(url("slot_change", slot.pk), {**data, "max_buffer_tokens": "900"})
+    slot.refresh_from_db()
+    assert (slot.trigger_tokens, slot.max_buffer_tokens) == (500, 900)

@@ -261,3 +261,15 @@ def test_schema_and_docs_are_served(db: Any) -> None:
         for operation in operations.values():
             assert {"401", "403"} <= set(operation["responses"]), operation["operationId"]
     assert Client().get("/api/docs/").status_code == 200
+
+
+def test_slots_and_buffers_show_tokens_next_to_length(users: Users) -> None:
+    slot = fill(users.owner, 50)
+    client = client_for(users.owner)
+    body = client.get(f"/api/slots/{slot.pk}/buffer/").json()
+    slot.refresh_from_db()
+    assert body["buffer_length"] == slot.buffer_length
+    assert body["buffer_tokens"] == slot.buffer_tokens > 0
+    detail = client.get(f"/api/slots/{slot.pk}/").json()
+    assert detail["buffer_tokens"] == slot.buffer_tokens
+    assert detail["summary_tokens"] == slot.summary_tokens > 0

@@ -35,6 +35,11 @@ def test_defaults_pass() -> None:
         ({"PENDING_TIMEOUT": -1}, "squad_memory.E009"),
         ({"MAX_ID_LENGTH": 1000}, "squad_memory.E010"),
         ({"TRIGER_AT": 5}, "squad_memory.W001"),
+        ({"TRIGGER_TOKENS": 0}, "squad_memory.E040"),
+        ({"MAX_BUFFER_TOKENS": "many"}, "squad_memory.E040"),
+        ({"TRIGGER_TOKENS": 500, "MAX_BUFFER_TOKENS": 100}, "squad_memory.E040"),
+        ({"TOKEN_COUNTER": "no.such.module.count"}, "squad_memory.E041"),
+        ({"TOKEN_COUNTER": "squad_memory.tokens.BYTES_PER_TOKEN"}, "squad_memory.E041"),
     ],
 )
 def test_bad_settings_are_reported(settings: dict[str, Any], expected: str) -> None:

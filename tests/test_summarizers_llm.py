@@ -328,3 +328,26 @@ def test_settings_path_summarizer(llm: FakeLLM) -> None:
         assert texts(storage.fetch_chat_sync("u", "s", "a"))[0] == "[Summary] From settings."
     assert llm.requests[0]["json"]["model"] == "settings-model"
     assert Compression.objects.get().summarizer == "squad_memory.summarizers.llm.summarize"
+
+
+def test_a_summary_within_a_token_budget(llm: FakeLLM) -> None:
+    llm.replies = [Reply(body=completion("Short.")), Reply(body=completion("Shorter."))]
+    summarizer(llm, summary_tokens=150)(conversation(10), 1)
+    custom = "Fold {messages} into {previous}, under {max_tokens} tokens."
+    summarizer(llm, summary_tokens=80, prompt=custom)(conversation(10), 1)
+    first, second = llm.prompts()
+    assert first.endswith("Keep the summary within 150 tokens.")
+    assert second.endswith("under 80 tokens.") and "Keep the summary" not in second
+    assert [r["json"]["max_tokens"] for r in llm.requests] == [150, 80]
+
+
+def test_the_token_budget_from_settings(llm: FakeLLM) -> None:
+    from squad_memory.summarizers.llm import from_settings
+
+    llm.replies = [Reply(body=completion("From settings."))]
+    config = {"LLM": {"BASE_URL": f"{llm.url}/v1", "API_KEY": "k", "MODEL": "m", "MAX_RETRIES": 0,
+                      "SUMMARY_TOKENS": 120}}
+    with override_settings(SQUAD_MEMORY=config):
+        from_settings()(conversation(8), 1)
+    assert llm.requests[0]["json"]["max_tokens"] == 120
+    assert "within 120 tokens" in llm.prompts()[0]

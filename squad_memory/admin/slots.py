@@ -38,9 +38,17 @@ class StateFilter(admin.SimpleListFilter):
         value = self.value()
         if value not in SlotState.values:
             return queryset
-        limits = (app_settings.trigger_at, app_settings.max_buffer_pairs)
+        limits = (
+            app_settings.trigger_at,
+            app_settings.max_buffer_pairs,
+            app_settings.max_buffer_tokens,
+        )
         slots: QuerySet[Slot] = queryset.in_state(value, *limits)  # type: ignore[attr-defined]
         return slots
+
+
+#: The per-slot token budgets (empty: the storage's values).
+TOKEN_OVERRIDES = ["trigger_tokens", "max_buffer_tokens"]
 
 
 class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -48,7 +56,7 @@ class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
 
     class Meta:
         model = Slot
-        fields = ["trigger_at", "keep_last", "max_buffer_pairs"]
+        fields = ["trigger_at", "keep_last", "max_buffer_pairs", *TOKEN_OVERRIDES]
 
     def clean_trigger_at(self) -> int | None:
         value: int | None = self.cleaned_data.get("trigger_at")
@@ -69,6 +77,7 @@ class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
                 _("The hard limit must be at least trigger at (%(trigger)d), or empty.")
                 % {"trigger": trigger_at}
             )
+        _check_token_overrides(data)
         if keep_last >= trigger_at:
             raise forms.ValidationError(
                 _(
@@ -84,6 +93,17 @@ def _or_default(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
+def _check_token_overrides(data: dict[str, Any]) -> None:
+    """The token hard limit, where both apply, is not below the token trigger."""
+    trigger = data.get("trigger_tokens") or app_settings.trigger_tokens
+    limit = data.get("max_buffer_tokens") or app_settings.max_buffer_tokens
+    if trigger is not None and limit is not None and limit < trigger:
+        raise forms.ValidationError(
+            _("The hard limit in tokens must be at least the token trigger (%(trigger)d).")
+            % {"trigger": trigger}
+        )
+
+
 @admin.register(Slot)
 class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAdmin):
     """Every conversation, with its raw history and its summary buffer side by side."""
@@ -97,6 +117,7 @@ class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAd
         "visible_agent_id",
         "message_count",
         "buffer_length",
+        "buffer_tokens",
         "state_label",
         "updated_at",
     ]
@@ -113,6 +134,8 @@ class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAd
         "state_label",
         "message_count",
         "buffer_length",
+        "buffer_tokens",
+        "summary_tokens",
         "visible_from_seq",
         "covered_seq",
         "version",
@@ -134,7 +157,8 @@ class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAd
             _("Buffer"),
             {
                 "fields": [
-                    ("state_label", "message_count", "buffer_length"),
+                    ("state_label", "message_count", "buffer_length", "buffer_tokens"),
+                    ("summary_tokens",),
                     ("covered_seq", "visible_from_seq", "version"),
                     ("pending_since", "created_at", "updated_at"),
                 ]
@@ -142,7 +166,10 @@ class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAd
         ),
         (
             _("Per-slot settings"),
-            {"classes": ["collapse"], "fields": [("trigger_at", "keep_last", "max_buffer_pairs")]},
+            {
+                "classes": ["collapse"],
+                "fields": [("trigger_at", "keep_last", "max_buffer_pairs"), tuple(TOKEN_OVERRIDES)],
+            },
         ),
     ]
 
@@ -170,6 +197,10 @@ class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAd
     def buffer_length(self, slot: Slot) -> int:
         return slot.buffer_length
 
+    @admin.display(description=_("buffer tokens"), ordering="buffer_tokens")
+    def buffer_tokens(self, slot: Slot) -> int:
+        return slot.buffer_tokens
+
     @admin.display(description=_("summary state"))
     def state_label(self, slot: Slot) -> str:
         return str(STATE_LABELS[slot.state])
@@ -180,7 +211,7 @@ class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAd
 
     def save_model(self, request: HttpRequest, obj: Slot, form: Any, change: bool) -> None:
         # Never write back counters read at request time: a save may have moved them since.
-        obj.save(update_fields=["trigger_at", "keep_last", "max_buffer_pairs"])
+        obj.save(update_fields=["trigger_at", "keep_last", "max_buffer_pairs", *TOKEN_OVERRIDES])
 
     # -- slot page -------------------------------------------------------------------------
     def render_change_form(

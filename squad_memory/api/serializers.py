@@ -190,6 +190,14 @@ class SlotSerializer(serializers.ModelSerializer[Slot]):
 
     message_count = serializers.IntegerField(read_only=True, help_text="Raw messages accepted.")
     buffer_length = serializers.IntegerField(read_only=True, help_text="Length of the buffer.")
+    buffer_tokens = serializers.IntegerField(
+        read_only=True,
+        help_text="Tokens of the buffer (TOKEN_COUNTER, counted at save): summary plus the "
+        "messages after it; while inactive, every stored message.",
+    )
+    summary_tokens = serializers.IntegerField(
+        read_only=True, help_text="Tokens of the summary prefix."
+    )
     state = serializers.ChoiceField(
         choices=SlotState.values,
         read_only=True,
@@ -209,6 +217,8 @@ class SlotSerializer(serializers.ModelSerializer[Slot]):
             "updated_at",
             "message_count",
             "buffer_length",
+            "buffer_tokens",
+            "summary_tokens",
             "state",
             "active",
             "last_role",
@@ -248,6 +258,11 @@ class MessageSerializer(serializers.ModelSerializer[Message]):
 class BufferSerializer(serializers.Serializer[dict[str, Any]]):
     slot = serializers.IntegerField()
     active = serializers.BooleanField(help_text="False: the buffer is the visible raw history.")
+    buffer_length = serializers.IntegerField(help_text="Length of the stored buffer.")
+    buffer_tokens = serializers.IntegerField(
+        help_text="Tokens of the stored buffer (a hard limit or max_history_size may return "
+        "fewer messages)."
+    )
     messages = ContentMessageSerializer(many=True)
 
 

@@ -245,8 +245,14 @@ class SlotViewSet(
         size = query(BufferQuerySerializer, request).get("max_history_size")
         with storage_errors(request, Slot.objects.filter(pk=slot.pk)):
             messages = storage().fetch_chat_sync(slot.user_id, slot.session_id, slot.agent_id, size)
-        slot.refresh_from_db(fields=["active"])  # the fetch may have activated it
-        data = {"slot": slot.pk, "active": bool(slot.active), "messages": as_dicts(messages)}
+        slot.refresh_from_db()  # the fetch may have activated or compressed it
+        data = {
+            "slot": slot.pk,
+            "active": bool(slot.active),
+            "buffer_length": slot.buffer_length,
+            "buffer_tokens": slot.buffer_tokens,
+            "messages": as_dicts(messages),
+        }
         return Response(BufferSerializer(data).data)
 
     @extend_schema(

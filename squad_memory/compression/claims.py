@@ -8,12 +8,14 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import OuterRef, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from squad_memory.conf import app_settings
 from squad_memory.history import db_alias, insert_rows
-from squad_memory.messages import MessageDict, needs_compression
-from squad_memory.models import Slot
+from squad_memory.messages import MessageDict
+from squad_memory.models import Message, Slot
 
 
 @dataclass(frozen=True)
@@ -27,20 +29,27 @@ class Claim:
     slot: Slot | None = field(default=None, compare=False, repr=False)
 
 
-def due(slot: Slot, trigger_at: int) -> bool:
+def due(slot: Slot, trigger_at: int, trigger_tokens: int | None = None) -> bool:
     """The trigger rule for a slot as last read: over its threshold, with no live claim."""
-    over = needs_compression(slot.buffer_length, slot.trigger_for(trigger_at))
+    over = slot.needs_compression(trigger_at, trigger_tokens)
     return over and slot.claim_is_free(app_settings.pending_timeout)
 
 
-def claim_locked(slot: Slot, trigger_at: int | None, *, lease_seconds: float) -> str | None:
+def claim_locked(
+    slot: Slot,
+    trigger_at: int | None,
+    *,
+    lease_seconds: float,
+    trigger_tokens: int | None = None,
+) -> str | None:
     """Claim a compression of a slot whose row the caller holds locked (and saves).
 
     ``trigger_at=None`` claims whatever the buffer's length (an operator's request).
-    None when the buffer is short enough or a live claim already exists.
+    None when the buffer is short enough (in pairs and in tokens: the slot's trigger
+    rule) or a live claim already exists.
     """
     free = slot.claim_is_free(app_settings.pending_timeout)
-    if not free if trigger_at is None else not due(slot, trigger_at):
+    if not free if trigger_at is None else not due(slot, trigger_at, trigger_tokens):
         return None
     now = timezone.now()
     slot.pending_since, slot.pending_token = now, uuid.uuid4().hex
@@ -56,6 +65,7 @@ def claim(
     lease_seconds: float,
     after_seq: int = 0,
     run_now: bool = False,
+    trigger_tokens: int | None = None,
 ) -> Claim | None:
     """Claim a compression of an active slot over the threshold (the caller dispatches it).
 
@@ -67,7 +77,9 @@ def claim(
         slot = _locked(slot_id)
         if slot is None or not slot.active or slot.last_seq <= after_seq:
             return None
-        token = claim_locked(slot, trigger_at, lease_seconds=lease_seconds)
+        token = claim_locked(
+            slot, trigger_at, lease_seconds=lease_seconds, trigger_tokens=trigger_tokens
+        )
         if token is None:
             return None
         slot.save(update_fields=["pending_since", "pending_token", "lease_until", "updated_at"])
@@ -84,6 +96,7 @@ def activate(
     seed: list[MessageDict] | None = None,
     expect_last_seq: int | None = None,
     default_trigger: int = 20,
+    trigger_tokens: int | None = None,
 ) -> tuple[Slot, Claim | None]:
     """Make a slot's buffer active and claim its first compression.
 
@@ -102,7 +115,9 @@ def activate(
             return slot, None
         if not slot.active:
             _start_buffer(slot, seed)
-        token = claim_locked(slot, trigger_at, lease_seconds=lease_seconds)
+        token = claim_locked(
+            slot, trigger_at, lease_seconds=lease_seconds, trigger_tokens=trigger_tokens
+        )
         slot.save()
     if token is None:
         return slot, None
@@ -111,12 +126,26 @@ def activate(
 
 
 def _start_buffer(slot: Slot, seed: list[MessageDict] | None) -> None:
+    slot.buffer_tokens = slot.summary_tokens = 0
     if seed is None:
         slot.covered_seq = slot.visible_from_seq - 1
+        slot.buffer_tokens = _tokens_after(slot.pk, slot.covered_seq)
     else:
         slot.covered_seq = slot.last_seq
-        insert_rows(slot, seed)
+        insert_rows(slot, seed)  # adds the seed's tokens
     slot.active, slot.summary, slot.summary_length = True, [], 0
+
+
+def _tokens_after(slot_id: int, after_seq: int) -> int:
+    """The stored tokens of a slot's messages after ``after_seq`` (one aggregate)."""
+    rows = Message.objects.using(db_alias()).filter(slot_id=slot_id, seq__gt=after_seq)
+    return int(rows.aggregate(total=Sum("tokens"))["total"] or 0)
+
+
+def _all_tokens() -> Subquery:
+    """The tokens of every stored message of the slot being updated (an inactive buffer)."""
+    rows = Message.objects.filter(slot_id=OuterRef("pk")).order_by().values("slot_id")
+    return Subquery(rows.annotate(total=Sum("tokens")).values("total")[:1])
 
 
 def _locked(slot_id: int) -> Slot | None:
@@ -144,6 +173,8 @@ def reset(slot_id: int) -> bool:
             active=False,
             summary=[],
             summary_length=0,
+            summary_tokens=0,
+            buffer_tokens=Coalesce(_all_tokens(), Value(0)),
             covered_seq=0,
             pending_since=None,
             pending_token="",

@@ -6,9 +6,10 @@ import logging
 from dataclasses import dataclass
 
 from django.db import DatabaseError, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from squad_memory import buffer, lease
+from squad_memory import buffer, lease, tokens
 from squad_memory.compression import log
 from squad_memory.compression.claims import Claim, release
 from squad_memory.conf import app_settings
@@ -134,12 +135,16 @@ def _settle(snap: buffer.Snapshot, claimed: Claim, result: Result, final: bool) 
 
 
 def _apply(snap: buffer.Snapshot, token: str, output: list[MessageDict]) -> bool:
+    # Tokens: the output replaces the snapshot; saves made meanwhile stay counted.
+    output_tokens = tokens.count_all(output)
     updated = (
         Slot.objects.using(db_alias())
         .filter(pk=snap.slot_id, version=snap.version, pending_token=token)
         .update(
             summary=output,
             summary_length=len(output),
+            summary_tokens=output_tokens,
+            buffer_tokens=F("buffer_tokens") - snap.tokens + output_tokens,
             covered_seq=snap.to_seq,
             version=snap.version + 1,
             active=True,

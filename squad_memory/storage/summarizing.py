@@ -44,6 +44,11 @@ class SummarizingChatStorage(AsyncContract):
         max_buffer_pairs: the hard limit: while compressions lag or fail, ``fetch_chat``
             returns the summary plus at most this many newest pairs; defaults to
             ``SQUAD_MEMORY["MAX_BUFFER_PAIRS"]`` (None: 3 x trigger_at).
+        trigger_tokens: compress also when the buffer holds more than this many tokens
+            (counted by ``SQUAD_MEMORY["TOKEN_COUNTER"]``); defaults to
+            ``SQUAD_MEMORY["TRIGGER_TOKENS"]`` (None: pairs only).
+        max_buffer_tokens: the hard limit in tokens: ``fetch_chat`` returns the summary
+            plus the newest messages that fit; defaults to ``SQUAD_MEMORY["MAX_BUFFER_TOKENS"]``.
     """
 
     def __init__(
@@ -57,6 +62,8 @@ class SummarizingChatStorage(AsyncContract):
         on_error: str | None = None,
         namespace: str | None = None,
         max_buffer_pairs: int | None = None,
+        trigger_tokens: int | None = None,
+        max_buffer_tokens: int | None = None,
     ) -> None:
         super().__init__()
         self._storage = storage
@@ -67,6 +74,8 @@ class SummarizingChatStorage(AsyncContract):
             mode=mode or app_settings.mode,
             on_error=on_error or app_settings.on_error,
             max_buffer_pairs=max_buffer_pairs or app_settings.max_buffer_pairs,
+            trigger_tokens=trigger_tokens or app_settings.trigger_tokens,
+            max_buffer_tokens=max_buffer_tokens or app_settings.max_buffer_tokens,
         )
         journal: Journal = (
             OrmJournal()

@@ -25,9 +25,18 @@ from squad_memory.summarizers.backends import (
     OpenAIBackend,
 )
 from squad_memory.summarizers.base import SUMMARY_PREFIX, make_summary, split, transcript
-from squad_memory.summarizers.prompts import DEFAULT_PROMPT, DEFAULT_SYSTEM, check_template
+from squad_memory.summarizers.prompts import (
+    DEFAULT_PROMPT,
+    DEFAULT_SYSTEM,
+    TOKEN_BUDGET,
+    check_template,
+)
 
 __all__ = ["LLMSummarizer", "from_settings", "llm_settings", "summarize"]
+
+
+#: Options of :class:`LLMSummarizer` itself (the others go to the backend).
+_OWN = ("prompt", "system", "max_chars", "summary_tokens")
 
 
 class LLMSummarizer:
@@ -41,6 +50,8 @@ class LLMSummarizer:
         max_chars: the summary message's maximum length; a longer reply is cut and says so.
             Defaults to ``SQUAD_MEMORY["MAX_SUMMARY_CHARS"]``.
         block_chars: the longest text of one content block put in the prompt.
+        summary_tokens: a token budget for the summary: put in the prompt (the template's
+            ``{max_tokens}``, or a closing sentence) and sent as the request's ``max_tokens``.
     """
 
     def __init__(
@@ -51,6 +62,7 @@ class LLMSummarizer:
         system: str | None = None,
         max_chars: int | None = None,
         block_chars: int = 2000,
+        summary_tokens: int | None = None,
     ) -> None:
         self.backend = backend
         self.prompt = check_template(prompt or DEFAULT_PROMPT)
@@ -58,23 +70,28 @@ class LLMSummarizer:
         if max_chars is not None and max_chars < 100:
             raise ConfigurationError(f"max_chars must be at least 100, got {max_chars}.")
         self.max_chars, self.block_chars = max_chars, block_chars
+        if summary_tokens is not None and summary_tokens < 1:
+            raise ConfigurationError(f"summary_tokens must be positive, got {summary_tokens}.")
+        self.summary_tokens = summary_tokens
+        if summary_tokens is not None and hasattr(backend, "max_tokens"):
+            backend.max_tokens = summary_tokens  # the reply cannot exceed the budget
 
     @classmethod
     def openai(cls, model: str, **options: Any) -> LLMSummarizer:
         """An OpenAI-compatible endpoint; ``options`` go to :class:`OpenAIBackend` or here."""
-        own = {k: options.pop(k) for k in ("prompt", "system", "max_chars") if k in options}
+        own = {k: options.pop(k) for k in _OWN if k in options}
         return cls(OpenAIBackend(model, **options), **own)
 
     @classmethod
     def anthropic(cls, model: str, **options: Any) -> LLMSummarizer:
         """Anthropic's Messages API; ``options`` go to :class:`AnthropicBackend` or here."""
-        own = {k: options.pop(k) for k in ("prompt", "system", "max_chars") if k in options}
+        own = {k: options.pop(k) for k in _OWN if k in options}
         return cls(AnthropicBackend(model, **options), **own)
 
     @classmethod
     def agent(cls, agent: Any, **options: Any) -> LLMSummarizer:
         """An agent-squad ``Agent``; ``options`` go to :class:`AgentBackend` or here."""
-        own = {k: options.pop(k) for k in ("prompt", "system", "max_chars") if k in options}
+        own = {k: options.pop(k) for k in _OWN if k in options}
         return cls(AgentBackend(agent, **options), **own)
 
     def __repr__(self) -> str:
@@ -99,11 +116,15 @@ class LLMSummarizer:
 
     def render(self, previous: str | None, fold: list[Any], limit: int) -> str:
         """The prompt for one compression: the previous summary and the new messages only."""
-        return self.prompt.format(
+        text = self.prompt.format(
             previous=previous or "(none yet)",
             messages=transcript(fold, self.block_chars),
             max_chars=max(limit - len(SUMMARY_PREFIX) - 1, 1),
+            max_tokens=self.summary_tokens or "",
         )
+        if self.summary_tokens is not None and "{max_tokens}" not in self.prompt:
+            text += TOKEN_BUDGET.format(max_tokens=self.summary_tokens)
+        return text
 
 
 def _strip_prefix(text: str) -> str:
@@ -144,7 +165,10 @@ def from_settings(**overrides: Any) -> LLMSummarizer:
             f"SQUAD_MEMORY['LLM']['BACKEND'] must be 'openai', 'anthropic' or 'agent'; "
             f"got {backend_name!r}."
         )
-    return LLMSummarizer(backend, prompt=conf["PROMPT"], system=conf.get("SYSTEM"))
+    summary_tokens = conf.get("SUMMARY_TOKENS")
+    return LLMSummarizer(
+        backend, prompt=conf["PROMPT"], system=conf.get("SYSTEM"), summary_tokens=summary_tokens
+    )
 
 
 def _agent(path: Any) -> Any:

@@ -1,9 +1,10 @@
 """The prompts of :class:`~squad_memory.summarizers.llm.LLMSummarizer`.
 
-A prompt template is a ``str.format`` string with three fields: ``{previous}``
+A prompt template is a ``str.format`` string with these fields: ``{previous}``
 (the previous summary's text, or "(none yet)"), ``{messages}`` (only the
 messages being folded in, one ``role: text`` line each, tool calls and results
-in brackets) and ``{max_chars}`` (the length the reply must stay under).
+in brackets), ``{max_chars}`` (the length the reply must stay under) and, optionally,
+``{max_tokens}`` (the summary's token budget, ``SUMMARY_TOKENS``; empty when unset).
 """
 
 from __future__ import annotations
@@ -32,14 +33,18 @@ Merge the previous summary in rather than appending to it. Write plain text in t
 conversation's language, at most {max_chars} characters. Reply with the summary only."""
 
 
+#: Appended to a prompt whose template has no ``{max_tokens}`` when a token budget is set.
+TOKEN_BUDGET = "\nKeep the summary within {max_tokens} tokens."
+
+
 def check_template(template: str) -> str:
-    """Return ``template`` if it formats with the three fields, else say what is wrong."""
+    """Return ``template`` if it formats with its fields, else say what is wrong."""
     try:
-        template.format(previous="", messages="", max_chars=0)
+        template.format(previous="", messages="", max_chars=0, max_tokens=0)
     except (KeyError, IndexError, ValueError) as exc:
         raise ConfigurationError(
             f"The summarizer prompt must be a str.format template using only {{previous}}, "
-            f"{{messages}} and {{max_chars}} (double other braces): {exc!r}"
+            f"{{messages}}, {{max_chars}} and {{max_tokens}} (double other braces): {exc!r}"
         ) from exc
     if "{messages}" not in template:
         raise ConfigurationError("The summarizer prompt must contain {messages}.")
