@@ -70,7 +70,9 @@ def cumulative_weights() -> list[float]:
 def message_rows(
     slot_ids: list[int], per_slot: int, rng: random.Random
 ) -> Iterator[tuple[Any, ...]]:
-    """Rows for COPY: slot, seq, role, content (JSON), citations, timestamp, text."""
+    """Rows for COPY: slot, seq, role, content (JSON), citations, timestamp, text, tokens."""
+    from squad_memory import tokens
+
     ranks = range(1, VOCABULARY + 1)
     weights = cumulative_weights()
     stamp = 1_700_000_000_000
@@ -82,7 +84,8 @@ def message_rows(
             role = "user" if seq % 2 else "assistant"
             content = json.dumps([{"text": text}])
             stamp += 1000
-            yield slot_id, seq, role, content, None, stamp, text
+            count = tokens.estimate({"role": role, "content": [{"text": text}], "citations": None})
+            yield slot_id, seq, role, content, None, stamp, text, count
 
 
 def load(messages: int, per_slot: int) -> float:
@@ -109,7 +112,7 @@ def load(messages: int, per_slot: int) -> float:
     slot_ids = list(Slot.objects.order_by("pk").values_list("pk", flat=True))
     with connection.cursor() as cursor:
         cursor.execute("DROP INDEX IF EXISTS squad_memory_message_text_fts")
-        columns = "slot_id, seq, role, content, citations, timestamp, text"
+        columns = "slot_id, seq, role, content, citations, timestamp, text, tokens"
         raw = cursor.connection.cursor()
         with raw.copy(f"COPY squad_memory_message ({columns}) FROM STDIN") as copy:
             for row in message_rows(slot_ids, per_slot, random.Random(7)):

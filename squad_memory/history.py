@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from django.db import OperationalError, connections, router, transaction
+from django.db import router, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from squad_memory import sql, tails, tokens
 from squad_memory.messages import MessageDict, is_same_role, now_ms, trim_size
 from squad_memory.models import Message, Slot
+from squad_memory.retry import retry_locked
 from squad_memory.search import extract_text
 
 SlotKey = tuple[str, str, str]
@@ -88,13 +88,17 @@ def append(
             namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
         )
         return AppendResult(slot=slot, accepted=[])
-    if store_rows is None and len(messages) <= sql.ONE_STATEMENT_MAX:
-        fast = _append_in_one_statement(namespace, key, messages, check_role, max_history_size)
+    built = None  # the rows, built (and their tokens counted) once for either path
+    one_statement = store_rows is None and len(messages) <= sql.ONE_STATEMENT_MAX
+    if one_statement and sql.one_statement_saves(db_alias()):
+        built = _rows(None, 0, messages)
+        fast = _append_in_one_statement(key, namespace, built, check_role, max_history_size)
         if fast is not None:  # its row lock is gone: the caller claims apart, if due
             return fast
     return retry_locked(
+        db_alias(),
         lambda: _append_once(
-            namespace, key, messages, check_role, max_history_size, store_rows, claim
+            namespace, key, messages, check_role, max_history_size, store_rows, claim, built
         ),
         key,
     )
@@ -108,12 +112,13 @@ def _append_once(
     max_history_size: int | None,
     store_rows: bool | None,
     claim: ClaimHook | None,
+    built: list[Message] | None = None,
 ) -> AppendResult:
     with transaction.atomic(using=db_alias()):
         slot = locked_slot(namespace, key)
         if check_role and is_same_role(slot.last_role, messages[0]["role"]):
             return AppendResult(slot=slot, accepted=[], skipped=True)
-        rows = _insert(slot, messages, store_rows)
+        rows = _insert(slot, messages, store_rows, built)
         slot.buffer_tokens += sum(row.tokens for row in rows)  # the running total (tokens.py)
         _advance(slot, len(messages), messages[-1]["role"], max_history_size)
         token = claim(slot) if claim is not None else None
@@ -122,41 +127,6 @@ def _append_once(
     if rows:  # committed now, unless a caller's transaction is still open
         remember(db_alias(), slot.pk, [_as_row(row) for row in rows])
     return AppendResult(slot=slot, accepted=messages, claim=token, rows=rows)
-
-
-#: Attempts of a save that finds the database locked (SQLite: another process writes).
-LOCKED_ATTEMPTS = 5
-#: Seconds before the first retry; doubled after each one.
-LOCKED_BACKOFF = 0.05
-
-
-def retry_locked(write: Callable[[], AppendResult], key: SlotKey) -> AppendResult:
-    """Run ``write`` (one whole transaction), retrying "database is locked" a few times.
-
-    SQLite has one writer at a time; a second process holding the lock past the
-    connection's ``timeout`` makes the transaction fail. Inside a caller's atomic
-    block nothing is retried: that transaction is the caller's to retry.
-    """
-    if connections[db_alias()].in_atomic_block:
-        return write()
-    for attempt in range(1, LOCKED_ATTEMPTS):
-        try:
-            return write()
-        except OperationalError as exc:
-            if "is locked" not in str(exc):
-                raise
-            delay = LOCKED_BACKOFF * 2 ** (attempt - 1)
-            logger.warning(
-                "Save to slot %s found the database locked (%s), attempt %s of %s; "
-                "retrying in %.2f s.",
-                "/".join(key),
-                exc,
-                attempt,
-                LOCKED_ATTEMPTS,
-                delay,
-            )
-            time.sleep(delay)
-    return write()
 
 
 _SAVE_FIELDS = [
@@ -172,18 +142,15 @@ _SAVE_FIELDS = [
 
 
 def _append_in_one_statement(
-    namespace: str,
     key: SlotKey,
-    messages: list[MessageDict],
+    namespace: str,
+    rows: list[Message],
     check_role: bool,
     max_history_size: int | None,
 ) -> AppendResult | None:
     """The same save as the general path in one round trip, where the database can
     (PostgreSQL); None when it cannot tell (a new slot, a refused role): take that path."""
     alias = db_alias()
-    if not sql.one_statement_saves(alias):
-        return None
-    rows = _rows(None, 0, messages)
     slot = sql.save_in_one_statement(
         (namespace, *key),
         rows,
@@ -196,7 +163,12 @@ def _append_in_one_statement(
     for i, row in enumerate(rows, start=slot.last_seq - len(rows) + 1):
         row.slot, row.seq = slot, i
     remember(alias, slot.pk, [_as_row(row) for row in rows])
-    return AppendResult(slot=slot, accepted=messages, rows=rows, locked=False)
+    accepted = [_accepted(row) for row in rows]
+    return AppendResult(slot=slot, accepted=accepted, rows=rows, locked=False)
+
+
+def _accepted(row: Message) -> MessageDict:
+    return {"role": row.role, "content": row.content, "citations": row.citations}
 
 
 def _rows(slot: Slot | None, last_seq: int, messages: list[MessageDict]) -> list[Message]:
@@ -216,10 +188,17 @@ def _rows(slot: Slot | None, last_seq: int, messages: list[MessageDict]) -> list
     ]
 
 
-def _insert(slot: Slot, messages: list[MessageDict], store_rows: bool | None) -> list[Message]:
+def _insert(
+    slot: Slot,
+    messages: list[MessageDict],
+    store_rows: bool | None,
+    built: list[Message] | None = None,
+) -> list[Message]:
     if store_rows is False and not slot.active:
         return []
-    rows = _rows(slot, slot.last_seq, messages)
+    rows = built or _rows(slot, slot.last_seq, messages)
+    for i, row in enumerate(rows, start=slot.last_seq + 1):
+        row.slot, row.seq = slot, i
     sql.insert_messages(rows)
     return rows
 

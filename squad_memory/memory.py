@@ -109,15 +109,17 @@ class Memory:
         """The same claim after a save that held no lock: in a short transaction of its
         own, only when the slot as saved looks due (the common case costs nothing)."""
         assert self.policy is not None and self.dispatcher is not None
-        if not slot.active or not compression.due(slot, self.policy.trigger_at):
+        trigger, tokens = self.policy.trigger_at, self.policy.trigger_tokens
+        if not slot.active or not compression.due(slot, trigger, tokens):
             return None
         lease = self.dispatcher.claim_lease_seconds
         return compression.claim(
             slot.pk,
-            self.policy.trigger_at,
+            trigger,
             self.policy.keep_last,
             lease_seconds=lease,
             run_now=True,
+            trigger_tokens=tokens,
         )
 
     # -- reading ---------------------------------------------------------------------

@@ -15,6 +15,7 @@ from django.test import override_settings
 
 from squad_memory import history
 from squad_memory.checks import check_sqlite
+from squad_memory.retry import retry_locked
 
 ROOT = Path(__file__).resolve().parent.parent
 SQLITE = "django.db.backends.sqlite3"
@@ -97,5 +98,5 @@ def test_no_retry_inside_a_callers_transaction() -> None:
         raise OperationalError("database is locked")
 
     with pytest.raises(OperationalError, match="database is locked"), transaction.atomic():
-        history.retry_locked(locked, ("u", "s", "a"))
+        retry_locked(history.db_alias(), locked, ("u", "s", "a"))
     assert calls == [1]

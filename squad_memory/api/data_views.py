@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from squad_memory import search
 from squad_memory.api import schema
+from squad_memory.api.answers import query, user_id_param
 from squad_memory.api.deletion import SessionDeleteMixin
 from squad_memory.api.search import (
     SearchCursorPagination,
@@ -18,7 +19,7 @@ from squad_memory.api.search import (
     SearchQuerySerializer,
 )
 from squad_memory.api.serializers import UserQuerySerializer, check_id
-from squad_memory.api.views import ApiMixin, query, storage, user_id_param
+from squad_memory.api.views import ApiMixin, storage
 from squad_memory.models import Message
 
 

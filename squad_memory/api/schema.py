@@ -6,10 +6,22 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import serializers
 from rest_framework.serializers import Serializer
 
-from squad_memory.api.serializers import ErrorSerializer, SummarizerErrorSerializer
 from squad_memory.validation import ID_PATTERN
+
+
+class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
+    detail = serializers.CharField()
+
+
+class SummarizerErrorSerializer(ErrorSerializer):
+    error_id = serializers.IntegerField(
+        allow_null=True,
+        help_text="The compression log row of the failure (quote it when reporting the error).",
+    )
+
 
 SLOT_ID = OpenApiParameter(
     "id", {"type": "integer", "minimum": 1}, OpenApiParameter.PATH, description="The slot's id."

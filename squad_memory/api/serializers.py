@@ -288,14 +288,3 @@ class CompressResultSerializer(serializers.Serializer[dict[str, Any]]):
     )
     error = serializers.CharField(required=False)
     slot = SlotSerializer()
-
-
-class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
-    detail = serializers.CharField()
-
-
-class SummarizerErrorSerializer(ErrorSerializer):
-    error_id = serializers.IntegerField(
-        allow_null=True,
-        help_text="The compression log row of the failure (quote it when reporting the error).",
-    )

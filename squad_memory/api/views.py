@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any
 
-from agent_squad.types import ConversationMessage
 from django.db import transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -21,6 +19,15 @@ from rest_framework.views import APIView
 import squad_memory
 from squad_memory import compression, search
 from squad_memory.api import access, errors, idempotent, schema
+from squad_memory.api.answers import (
+    COMPRESS_STATUS,
+    BrokerUnavailable,
+    as_dicts,
+    query,
+    storage_errors,
+    summarizer_failed,
+    user_id_param,
+)
 from squad_memory.api.deletion import SlotDeleteMixin
 from squad_memory.api.pagination import MessageCursorPagination, SlotCursorPagination
 from squad_memory.api.parsers import LimitedJSONParser
@@ -41,7 +48,6 @@ from squad_memory.api.serializers import (
     check_id,
 )
 from squad_memory.api.throttling import COMPRESS_SCOPE, THROTTLE_CLASSES
-from squad_memory.exceptions import InvalidMessage, InvalidSlotKey, SummarizerError
 from squad_memory.idempotency import Answer
 from squad_memory.models import Message, Outcome, Slot
 from squad_memory.permissions import MESSAGE
@@ -53,84 +59,6 @@ SLOT_ID = re.compile(r"[0-9]{1,18}")
 def storage() -> SummarizingChatStorage:
     """The storage the API reads and writes through (``squad_memory.get_storage()``)."""
     return squad_memory.get_storage()
-
-
-def as_dicts(messages: list[ConversationMessage]) -> list[dict[str, Any]]:
-    return [
-        {
-            "role": str(m.role),
-            "content": m.content or [],
-            "citations": getattr(m, "citations", None),
-        }
-        for m in messages
-    ]
-
-
-class SummarizerFailed(APIException):
-    """The summarizer (an upstream service) failed; what was stored stays stored."""
-
-    status_code = status.HTTP_502_BAD_GATEWAY
-    default_detail = "The summarizer failed."
-    default_code = "summarizer_failed"
-
-
-class BrokerUnavailable(APIException):
-    """The broker did not take the compression; nothing is pending, retry later."""
-
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = "The compression could not be queued."
-    default_code = "broker_unavailable"
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.wait = 5
-
-
-#: Answers that started work still under way are 202; the rest say what happened (200).
-COMPRESS_STATUS = {
-    Outcome.QUEUED: status.HTTP_202_ACCEPTED,
-    Outcome.DEFERRED: status.HTTP_202_ACCEPTED,
-    Outcome.ALREADY_PENDING: status.HTTP_202_ACCEPTED,
-}
-
-
-def summarizer_failed(
-    request: Request, failure: str, error: object, slots: QuerySet[Slot]
-) -> SummarizerFailed:
-    """The 502 of a failed compression: see :func:`errors.summarizer_failure`."""
-    exc = SummarizerFailed()
-    exc.detail = cast(Any, errors.summarizer_failure(request, failure, error, slots))
-    return exc
-
-
-@contextmanager
-def storage_errors(
-    request: Request, slots: QuerySet[Slot], failure: str = "The summarizer failed"
-) -> Iterator[None]:
-    """The storage's refusals as answers: a key or message it refuses (for instance one
-    stored before a stricter limit) is the client's 400; a failing summarizer is a 502."""
-    try:
-        yield
-    except (InvalidSlotKey, InvalidMessage) as exc:
-        raise ValidationError({"non_field_errors": [str(exc)]}) from exc
-    except SummarizerError as exc:
-        raise summarizer_failed(request, failure, exc, slots) from exc
-
-
-def query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
-    """Validated query parameters (400 with field errors otherwise)."""
-    serializer = serializer_class(data=request.query_params.dict())
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
-
-
-def user_id_param(request: Request, given: str | None) -> str:
-    """The ``user_id`` a request acts for; naming another user's is for staff only."""
-    if given is None:
-        return access.user_id_for(request.user)
-    if not access.may_act_as(request.user, given):
-        raise PermissionDenied("Only staff may name another user's user_id.")
-    return given
 
 
 class ApiMixin(APIView):
