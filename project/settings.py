@@ -27,6 +27,7 @@ inline summarization and the offline summarizer, so it runs on a fresh machine.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -74,16 +75,20 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "rest_framework",
-    "rest_framework.authtoken",
-    "drf_spectacular",
-    "drf_spectacular_sidecar",  # Swagger UI and ReDoc served from static files
     "squad_memory",
     "project.demo",
 ]
+# The REST API and its docs, where the api extra is installed (pip install 'squad-memory[api]').
+API = importlib.util.find_spec("rest_framework") is not None
+if API:
+    INSTALLED_APPS[-2:-2] = [
+        "rest_framework",
+        "rest_framework.authtoken",
+        "drf_spectacular",
+        "drf_spectacular_sidecar",  # Swagger UI and ReDoc served from static files
+    ]
 
 MIDDLEWARE = [
-    "squad_memory.api.errors.JSONErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -92,6 +97,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+if API:  # first, so that every error under the API's prefix is JSON
+    MIDDLEWARE.insert(0, "squad_memory.api.errors.JSONErrorsMiddleware")
 
 ROOT_URLCONF = "project.urls"
 

@@ -6,12 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import Permission, User
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 import squad_memory
 from squad_memory.models import Slot
-from tests.conftest import msg
+from tests.conftest import extra, msg
 
 WRITE_PERMS = ("add_message", "change_slot")
 #: What a staff user needs to read every user's slots, raw messages and compression errors.
@@ -34,8 +32,12 @@ def make_user(name: str, *, staff: bool = False, perms: tuple[str, ...] = WRITE_
     return User.objects.get(pk=user.pk)  # drop the permission cache
 
 
-def client_for(user: User | None) -> APIClient:
+def client_for(user: User | None) -> Any:
     """An API client authenticated by token (anonymous for None)."""
+    extra("rest_framework", "api")
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
     client = APIClient()
     if user is not None:
         token, _ = Token.objects.get_or_create(user=user)
@@ -56,5 +58,5 @@ def one(role: str, text: str) -> dict[str, Any]:
     return {"role": role, "content": [{"text": text}]}
 
 
-def post(client: APIClient, body: Any, **kwargs: Any) -> Any:
+def post(client: Any, body: Any, **kwargs: Any) -> Any:
     return client.post("/api/slots/messages/", body, format="json", **kwargs)

@@ -10,9 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from celery import Celery, current_app
 
-from tests.conftest import require
+from tests.conftest import extra, require
 
 FOLD = "tests.celery_summarizers.fold"
 REDIS_URL = "redis://127.0.0.1:6379/1"
@@ -20,6 +19,7 @@ REDIS_URL = "redis://127.0.0.1:6379/1"
 
 @pytest.fixture
 def celery_settings(settings: Any) -> Any:
+    extra("celery", "celery")
     settings.SQUAD_MEMORY = {
         "SUMMARIZER": FOLD,
         "TRIGGER_AT": 2,
@@ -32,8 +32,10 @@ def celery_settings(settings: Any) -> Any:
 
 
 @pytest.fixture
-def eager(celery_settings: Any) -> Iterator[Celery]:
+def eager(celery_settings: Any) -> Iterator[Any]:
     """The project's Celery app running tasks in-process (``task_always_eager``)."""
+    from celery import current_app
+
     app = current_app._get_current_object()
     saved = {k: app.conf[k] for k in ("task_always_eager", "task_eager_propagates")}
     app.conf.update(task_always_eager=True, task_eager_propagates=False)
@@ -41,7 +43,9 @@ def eager(celery_settings: Any) -> Iterator[Celery]:
     app.conf.update(saved)
 
 
-def _use_broker(url: str) -> Iterator[Celery]:
+def _use_broker(url: str) -> Iterator[Any]:
+    from celery import Celery, current_app
+
     previous = current_app._get_current_object()
     app = Celery("squad-memory-tests", broker=url, set_as_current=False)
     app.conf.update(broker_connection_timeout=2, task_ignore_result=True)
@@ -54,7 +58,7 @@ def _use_broker(url: str) -> Iterator[Celery]:
 
 
 @pytest.fixture
-def broker_down(celery_settings: Any) -> Iterator[Celery]:
+def broker_down(celery_settings: Any) -> Iterator[Any]:
     """A Celery app whose broker is a local port where nothing listens."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -3,6 +3,7 @@ and fail instead under ``CI=true``, where every service must be there."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Iterator
@@ -25,6 +26,15 @@ def require(condition: bool, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true but {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def extra(module: str, name: str) -> Any:
+    """``module`` of the package's optional extra ``name``: the test (or, at module level,
+    the module) skips with a reason where it is not installed; under ``CI=true``, where
+    every extra is installed, a missing one fails instead."""
+    if IN_CI:
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"needs the {name} extra: pip install 'squad-memory[{name}]'")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

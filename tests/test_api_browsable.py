@@ -7,6 +7,9 @@ from django.test import Client
 
 from squad_memory.models import Message
 from tests.api_support import Users, client_for, fill
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # every test here talks to the REST API
 
 pytest_plugins = ["tests.api_fixtures"]
 

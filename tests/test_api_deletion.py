@@ -13,6 +13,9 @@ from django.urls import reverse
 from squad_memory import history
 from squad_memory.models import Compression, Message, Slot
 from tests.api_support import Users, client_for, fill, make_user
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # every test here talks to the REST API
 
 pytest_plugins = ["tests.api_fixtures"]
 pytestmark = pytest.mark.django_db

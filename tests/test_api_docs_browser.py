@@ -14,6 +14,9 @@ from tests.browser_support import (
     block_the_network,
     browser_fixture,  # noqa: F401
 )
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # every test here talks to the REST API
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 

@@ -12,6 +12,9 @@ from django.db import connection
 from django.test import override_settings
 
 from tests.api_support import Users, client_for, fill, make_user
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # every test here talks to the REST API
 
 pytest_plugins = ["tests.api_fixtures"]
 

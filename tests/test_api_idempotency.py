@@ -11,6 +11,9 @@ from django.test import override_settings
 
 from squad_memory.models import IdempotencyKey, Message
 from tests.api_support import Users, client_for, make_user, one, post
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # every test here talks to the REST API
 
 pytest_plugins = ["tests.api_fixtures"]
 

@@ -9,6 +9,9 @@ import pytest
 
 from squad_memory.models import Slot
 from tests.api_support import Users, client_for, fill, one, post
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # every test here talks to the REST API
 
 pytest_plugins = ["tests.api_fixtures"]
 

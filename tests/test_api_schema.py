@@ -6,6 +6,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # the schema of the REST API
+
 import schemathesis
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started

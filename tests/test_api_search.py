@@ -8,6 +8,9 @@ import pytest
 
 import squad_memory
 from tests.api_support import Users, client_for, fill
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # every test here talks to the REST API
 
 pytest_plugins = ["tests.api_fixtures"]
 pytestmark = pytest.mark.django_db

@@ -6,6 +6,11 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # throttling of the REST API
+
 from rest_framework.settings import api_settings
 from rest_framework.test import APIClient
 

@@ -10,6 +10,9 @@ from django.test import override_settings
 
 from squad_memory.models import Message, Slot
 from tests.api_support import Users, client_for, fill, one, post
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # every test here talks to the REST API
 
 pytest_plugins = ["tests.api_fixtures"]
 

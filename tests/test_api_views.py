@@ -10,7 +10,9 @@ from django.test import override_settings
 import squad_memory
 from squad_memory.models import Compression, Message, Slot
 from tests.api_support import Users, client_for, fill, make_user, one, post
-from tests.conftest import msg, texts
+from tests.conftest import extra, msg, texts
+
+extra("rest_framework", "api")  # every test here talks to the REST API
 
 pytest_plugins = ["tests.api_fixtures"]
 

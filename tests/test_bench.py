@@ -16,7 +16,9 @@ import pytest
 
 from bench import services
 from bench.config import QUICK, SYSTEMS
-from tests.conftest import require
+from tests.conftest import extra, require
+
+extra("celery", "celery")  # the benchmark runs the Celery system too
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,6 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import extra
+
+extra("psycopg", "postgres")
+
 import psycopg
 import pytest
 from django.db import connection

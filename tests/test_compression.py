@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from celery import Celery
 from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
@@ -19,7 +18,7 @@ from squad_memory import compression
 from squad_memory.compression import log
 from squad_memory.models import Compression, Message, Outcome, Slot
 from tests.api_support import Users, client_for, fill
-from tests.conftest import msg
+from tests.conftest import extra, msg
 
 pytest_plugins = ["tests.api_fixtures"]
 pytestmark = pytest.mark.django_db
@@ -30,12 +29,13 @@ CELERY = {"SUMMARIZER": FOLD, "TRIGGER_AT": 2, "KEEP_LAST": 1, "MODE": "celery"}
 
 
 @pytest.fixture
-def broker_refusing() -> Iterator[Celery]:
+def broker_refusing() -> Iterator[Any]:
     """The current Celery app publishes to a local port where nothing listens."""
+    extra("celery", "celery")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    from celery import current_app
+    from celery import Celery, current_app
 
     previous = current_app._get_current_object()
     app = Celery("squad-memory-refused", broker=f"redis://127.0.0.1:{port}/0", set_as_current=False)
@@ -67,7 +67,7 @@ def test_api_compress_while_one_is_pending_says_already_pending(users: Users) ->
 
 
 def test_api_compress_with_the_broker_refusing_says_not_queued(
-    users: Users, broker_refusing: Celery
+    users: Users, broker_refusing: Any
 ) -> None:
     slot = fill(users.owner, 6)
     with override_settings(SQUAD_MEMORY=CELERY):

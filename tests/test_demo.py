@@ -21,6 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # the demo serves the REST API
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "project" / "demo" / "fixtures" / "conversation.json"
 PASSWORD = re.compile(r"password \(shown once\): (\S+)")

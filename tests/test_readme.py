@@ -26,6 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import extra
+
+extra("rest_framework", "api")  # the README's snippets mount the API and configure Celery
+extra("celery", "celery")
+
 from agent_squad.orchestrator import AgentSquad
 from asgiref.sync import sync_to_async
 from celery.app import defaults as celery_defaults

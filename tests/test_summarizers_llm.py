@@ -28,7 +28,10 @@ from squad_memory.models import Compression, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage, get_storage
 from squad_memory.summarizers import LLMSummarizer, is_summary
 from squad_memory.summarizers.base import make_summary
-from tests.conftest import msg, texts
+from tests.conftest import extra, msg, texts
+
+extra("openai", "openai")  # the backends drive the real SDKs against a local fake
+extra("anthropic", "anthropic")
 
 
 @dataclass

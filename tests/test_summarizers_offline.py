@@ -14,7 +14,7 @@ from squad_memory.storage import get_storage
 from squad_memory.summarizers import SUMMARY_PREFIX, OfflineSummarizer, is_summary
 from squad_memory.summarizers.base import cap, make_summary, split
 from squad_memory.summarizers.offline import summarize
-from tests.conftest import msg, texts
+from tests.conftest import extra, msg, texts
 
 
 def conversation(n: int, tag: str = "m") -> list[Any]:
@@ -157,6 +157,7 @@ def test_default_storage_compresses_with_offline() -> None:
 def test_summarizer_settings_checks(config: dict[str, Any], check_id: str) -> None:
     from squad_memory.checks import check_settings
 
+    extra("openai", "openai")  # the valid LLM configuration below needs its SDK
     with override_settings(SQUAD_MEMORY=config):
         assert check_id in [e.id for e in check_settings()]
     with override_settings(

@@ -13,6 +13,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+
+from tests.conftest import extra
+
+extra("celery", "celery")  # every test here runs the Celery tasks
+
 from celery import Celery
 from django.core.management import call_command
 from django.utils import timezone
