@@ -222,15 +222,19 @@ class Settings:
 
     def import_callable(self, name: str) -> Callable[..., Any]:
         """Resolve a dotted-path setting, with an error that names the setting."""
-        value = self.raw(name)
-        if callable(value):
-            return value  # type: ignore[no-any-return]
-        try:
-            return import_string(value)  # type: ignore[no-any-return]
-        except ImportError as exc:
-            raise ImproperlyConfigured(
-                f"{SETTING_NAME}[{name!r}] = {value!r} cannot be imported: {exc}"
-            ) from exc
+        return resolve_callable(name, self.raw(name))
+
+
+def resolve_callable(name: str, value: Any) -> Callable[..., Any]:
+    """The callable a setting ``name`` holds, or imports by dotted path ``value``."""
+    if callable(value):
+        return value  # type: ignore[no-any-return]
+    try:
+        return import_string(value)  # type: ignore[no-any-return]
+    except ImportError as exc:
+        raise ImproperlyConfigured(
+            f"{SETTING_NAME}[{name!r}] = {value!r} cannot be imported: {exc}"
+        ) from exc
 
 
 app_settings = Settings()

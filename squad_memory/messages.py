@@ -41,17 +41,6 @@ def is_same_role(last_role: str, new_role: str) -> bool:
     return bool(last_role) and last_role == new_role
 
 
-def effective_keep_last(slot: Any, trigger_at: int, keep_last: int) -> int:
-    """The slot's keep_last (its override or the storage's), kept below its trigger_at.
-
-    A keep_last at or above trigger_at could never shorten the buffer, and would
-    make every save call the summarizer again.
-    """
-    trigger = slot.trigger_at or trigger_at
-    keep = slot.keep_last if slot.keep_last is not None else keep_last
-    return max(min(keep, trigger - 1), 0)
-
-
 def trim_size(max_history_size: int | None) -> int:
     """Messages kept by ``trim_conversation``; 0 means everything (None, 0 and 1)."""
     if max_history_size is None:

@@ -56,11 +56,6 @@ def put(alias: str, slot_id: int, rows: list[Row]) -> None:
             _tails.popitem(last=False)
 
 
-def forget(alias: str, slot_id: int) -> None:
-    with _lock:
-        _tails.pop((alias, slot_id), None)
-
-
 def clear() -> None:
     with _lock:
         _tails.clear()

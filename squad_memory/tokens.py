@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.utils.module_loading import import_string
 
-from squad_memory.conf import SETTING_NAME, app_settings
+from squad_memory.conf import SETTING_NAME, app_settings, resolve_callable
 
 #: Bytes of UTF-8 text per token in :func:`estimate` (about right for English prose).
 BYTES_PER_TOKEN = 4
@@ -42,14 +41,8 @@ def estimate(message: Mapping[str, Any]) -> int:
 
 @functools.lru_cache(maxsize=8)
 def _resolve(value: Any) -> Counter:
-    if callable(value):
-        return value  # type: ignore[no-any-return]
-    try:
-        return import_string(value)  # type: ignore[no-any-return]
-    except ImportError as exc:
-        raise ImproperlyConfigured(
-            f"{SETTING_NAME}['TOKEN_COUNTER'] = {value!r} cannot be imported: {exc}"
-        ) from exc
+    # Cached: a save counts every message it stores.
+    return resolve_callable("TOKEN_COUNTER", value)
 
 
 def counter() -> Counter:
