@@ -7,12 +7,38 @@ change of buffer state is in :mod:`squad_memory.compression`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from squad_memory import history, tails
 from squad_memory.messages import MessageDict
 from squad_memory.models import Message, Slot
+
+
+class NotCached(LookupError):
+    """Raised under :func:`cached_only` by a read that would have to query the database:
+    the tail after ``after_seq`` (all of it when ``newest`` is None) is not cached."""
+
+    def __init__(self, slot_id: int, after_seq: int, newest: int | None) -> None:
+        super().__init__(slot_id, after_seq, newest)
+        self.slot_id, self.after_seq, self.newest = slot_id, after_seq, newest
+
+
+_cached_only: ContextVar[bool] = ContextVar("squad_memory_cached_only", default=False)
+
+
+@contextmanager
+def cached_only() -> Iterator[None]:
+    """Reads in this block use the tail cache only and raise :class:`NotCached` instead
+    of querying (the native async path fetches the rows its own way, then reads again)."""
+    token = _cached_only.set(True)
+    try:
+        yield
+    finally:
+        _cached_only.reset(token)
 
 
 @dataclass
@@ -58,6 +84,8 @@ def read(
 
 def _fitting(slot: Slot, budget: int, max_tail: int | None) -> int:
     """How many of the tail's newest messages fit in ``budget`` tokens (their stored counts)."""
+    if _cached_only.get():
+        raise NotCached(slot.pk, slot.covered_seq, max_tail or 0)
     rows = Message.objects.using(history.db_alias()).filter(
         slot_id=slot.pk, seq__gt=slot.covered_seq
     )
@@ -79,6 +107,11 @@ def current(slot: Slot) -> list[MessageDict]:
     return prefix + _tail(slot, slot.buffer_from_seq - 1)
 
 
+def visible(slot: Slot) -> list[dict[str, Any]]:
+    """The slot's raw rows not trimmed by ``max_history_size`` (a plain history's view)."""
+    return _tail(slot, slot.visible_from_seq - 1) if slot.pk is not None else []
+
+
 def snapshot(slot: Slot, rows: list[dict[str, Any]] | None = None) -> Snapshot:
     """The current buffer of a slot up to its last sequence number."""
     if rows is None:
@@ -98,10 +131,14 @@ def snapshot(slot: Slot, rows: list[dict[str, Any]] | None = None) -> Snapshot:
 def _tail(slot: Slot, after_seq: int, newest: int | None = None) -> list[dict[str, Any]]:
     """The slot's rows after ``after_seq`` (the newest ``newest``): from the per-process
     cache when it holds them up to the slot's ``last_seq``, else from the database."""
+    if after_seq >= slot.last_seq:
+        return []
     alias = history.db_alias()
     rows = tails.get(alias, slot.pk, after_seq, slot.last_seq)
     if rows is not None:
         return rows[-newest:] if newest is not None else rows
+    if _cached_only.get():
+        raise NotCached(slot.pk, after_seq, newest)
     if newest is not None and slot.last_seq - after_seq > newest:
         return history.rows_after(slot.pk, after_seq, newest=newest)
     rows = history.rows_after(slot.pk, after_seq)

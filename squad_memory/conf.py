@@ -59,6 +59,9 @@ DEFAULTS: dict[str, Any] = {
     # Retention: slots idle for more than this many days are deleted by the sweep and
     # squad_memory_purge; None keeps everything forever.
     "RETAIN_DAYS": None,
+    # Async ChatStorage calls run on the event loop with their own connection (PostgreSQL
+    # with psycopg 3, SQLite) where they can, instead of a thread hop per call.
+    "NATIVE_ASYNC": True,
     # Allow bidirectional controls and zero-width characters in ids (refused by default).
     "ALLOW_INVISIBLE_IDS": False,
     # API: seconds an Idempotency-Key (and the response it replays) is kept.
@@ -211,6 +214,10 @@ class Settings:
     def retain_days(self) -> float | None:
         value = self.raw("RETAIN_DAYS")
         return None if value is None else float(value)
+
+    @property
+    def native_async(self) -> bool:
+        return bool(self.raw("NATIVE_ASYNC"))
 
     @property
     def allow_invisible_ids(self) -> bool:

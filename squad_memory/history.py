@@ -19,7 +19,7 @@ from django.db import router, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from squad_memory import sql, tails, tokens
+from squad_memory import saving, sql, tails, tokens
 from squad_memory.messages import MessageDict, is_same_role, now_ms, trim_size
 from squad_memory.models import Message, Slot
 from squad_memory.retry import retry_locked
@@ -89,9 +89,9 @@ def append(
         )
         return AppendResult(slot=slot, accepted=[])
     built = None  # the rows, built (and their tokens counted) once for either path
-    one_statement = store_rows is None and len(messages) <= sql.ONE_STATEMENT_MAX
-    if one_statement and sql.one_statement_saves(db_alias()):
-        built = _rows(None, 0, messages)
+    one_statement = store_rows is None and len(messages) <= saving.ONE_STATEMENT_MAX
+    if one_statement and saving.one_statement_saves(db_alias()):
+        built = build_rows(None, 0, messages)
         fast = _append_in_one_statement(key, namespace, built, check_role, max_history_size)
         if fast is not None:  # its row lock is gone: the caller claims apart, if due
             return fast
@@ -125,7 +125,7 @@ def _append_once(
         slot.updated_at = timezone.now()
         sql.update_slot(slot, _SAVE_FIELDS)
     if rows:  # committed now, unless a caller's transaction is still open
-        remember(db_alias(), slot.pk, [_as_row(row) for row in rows])
+        remember(db_alias(), slot.pk, [cached_row(row) for row in rows])
     return AppendResult(slot=slot, accepted=messages, claim=token, rows=rows)
 
 
@@ -151,7 +151,7 @@ def _append_in_one_statement(
     """The same save as the general path in one round trip, where the database can
     (PostgreSQL); None when it cannot tell (a new slot, a refused role): take that path."""
     alias = db_alias()
-    slot = sql.save_in_one_statement(
+    slot = saving.save_in_one_statement(
         (namespace, *key),
         rows,
         check_role=check_role,
@@ -160,18 +160,29 @@ def _append_in_one_statement(
     )
     if slot is None:
         return None
-    for i, row in enumerate(rows, start=slot.last_seq - len(rows) + 1):
-        row.slot, row.seq = slot, i
-    remember(alias, slot.pk, [_as_row(row) for row in rows])
-    accepted = [_accepted(row) for row in rows]
+    appended = saved_in_one_statement(slot, rows)
+    remember(alias, slot.pk, [cached_row(row) for row in rows])
+    return appended
+
+
+def saved_in_one_statement(slot: Slot, rows: list[Message]) -> AppendResult:
+    """What a one-statement save did, from the slot row it returned (no lock is held)."""
+    number(slot, rows, slot.last_seq - len(rows))
+    accepted = [accepted_dict(row) for row in rows]
     return AppendResult(slot=slot, accepted=accepted, rows=rows, locked=False)
 
 
-def _accepted(row: Message) -> MessageDict:
+def number(slot: Slot, rows: list[Message], after_seq: int) -> None:
+    """Give ``rows`` their slot and the sequence numbers after ``after_seq``."""
+    for i, row in enumerate(rows, start=after_seq + 1):
+        row.slot, row.seq = slot, i
+
+
+def accepted_dict(row: Message) -> MessageDict:
     return {"role": row.role, "content": row.content, "citations": row.citations}
 
 
-def _rows(slot: Slot | None, last_seq: int, messages: list[MessageDict]) -> list[Message]:
+def build_rows(slot: Slot | None, last_seq: int, messages: list[MessageDict]) -> list[Message]:
     stamp = now_ms()
     return [
         Message(
@@ -196,14 +207,13 @@ def _insert(
 ) -> list[Message]:
     if store_rows is False and not slot.active:
         return []
-    rows = built or _rows(slot, slot.last_seq, messages)
-    for i, row in enumerate(rows, start=slot.last_seq + 1):
-        row.slot, row.seq = slot, i
+    rows = built or build_rows(slot, slot.last_seq, messages)
+    number(slot, rows, slot.last_seq)
     sql.insert_messages(rows)
     return rows
 
 
-def _as_row(message: Message) -> dict[str, Any]:
+def cached_row(message: Message) -> dict[str, Any]:
     # What reading the row back gives: the content as its JSON says (a copy, not the caller's).
     content, citations = json.loads(json.dumps([message.content, message.citations]))
     return {"seq": message.seq, "role": message.role, "content": content, "citations": citations}

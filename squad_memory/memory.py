@@ -87,10 +87,23 @@ class Memory:
         saved = Saved(appended, inner=inner)
         if appended.claim:
             saved.compression = self._dispatch(appended.slot, appended.claim, "save")
-        elif not appended.locked and self.policy is not None:
-            claimed = self._claim_after(appended.slot)
-            saved.compression = self._run(claimed, "save") if claimed else None
+        elif self.due_after(appended):
+            saved.compression = self.compress_after(appended.slot)
         return saved
+
+    def due_after(self, appended: AppendResult) -> bool:
+        """Whether a save that held no row lock (one statement) left its slot due for a
+        compression, judged from the slot row it returned: no query."""
+        if appended.locked or self.policy is None or not appended.slot.active:
+            return False
+        trigger, tokens = self.policy.trigger_at, self.policy.trigger_tokens
+        return compression.due(appended.slot, trigger, tokens)
+
+    def compress_after(self, slot: Slot) -> Result | None:
+        """Claim and start the compression :meth:`due_after` saw due (None: someone else
+        claimed it first, or a newer save made it moot)."""
+        claimed = self._claim_after(slot)
+        return self._run(claimed, "save") if claimed else None
 
     def _claim_on_save(self, slot: Slot) -> str | None:
         """Claim a compression if the save left an active buffer over the threshold."""
@@ -107,11 +120,9 @@ class Memory:
 
     def _claim_after(self, slot: Slot) -> Claim | None:
         """The same claim after a save that held no lock: in a short transaction of its
-        own, only when the slot as saved looks due (the common case costs nothing)."""
+        own (the claim re-checks the trigger rule under the row lock)."""
         assert self.policy is not None and self.dispatcher is not None
         trigger, tokens = self.policy.trigger_at, self.policy.trigger_tokens
-        if not slot.active or not compression.due(slot, trigger, tokens):
-            return None
         lease = self.dispatcher.claim_lease_seconds
         return compression.claim(
             slot.pk,
@@ -154,6 +165,17 @@ class Memory:
             return buffer.current(slot)
         pairs = slot.max_pairs_for(self.policy.trigger_at, self.policy.max_buffer_pairs)
         return buffer.read(slot, 2 * pairs, slot.max_tokens_for(self.policy.max_buffer_tokens))
+
+    def needs_activation(self, slot: Slot) -> bool:
+        """Whether fetching this inactive slot of the ORM journal activates its buffer."""
+        return self.policy is not None and self._needs_activation(slot, None, slot.last_seq)
+
+    def visible(self, slot: Slot) -> list[MessageDict]:
+        """A plain history's view of a slot: its raw rows not trimmed (``journal.visible``)."""
+        return [
+            {"role": r["role"], "content": r["content"], "citations": r["citations"]}
+            for r in buffer.visible(slot)
+        ]
 
     def _trigger(self, slot: Slot | None) -> int:
         assert self.policy is not None

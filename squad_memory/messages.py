@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import marshal
 import time
 from collections.abc import Iterable, Sequence
 from enum import Enum
@@ -178,19 +179,33 @@ def to_message(data: MessageDict) -> ConversationMessage:
     citations = data.get("citations")
     return ConversationMessage(
         role=data["role"],
-        content=[_copy(block) for block in data.get("content") or []],
+        content=_copy(data.get("content") or []),
         citations=_copy(citations) if citations else None,
     )
+
+
+_CONTAINERS = (dict, list)
 
 
 def _copy(value: Any) -> Any:
     """A copy of JSON containers, all the way down (callers may mutate what they get)."""
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: _copy(v) if isinstance(v, _CONTAINERS) else v for k, v in value.items()}
     if isinstance(value, list):
-        return [_copy(v) for v in value]
+        return [_copy(v) if isinstance(v, _CONTAINERS) else v for v in value]
     return value
 
 
 def to_messages(rows: Iterable[MessageDict]) -> list[ConversationMessage]:
-    return [to_message(r) for r in rows]
+    """Fresh ``ConversationMessage`` objects (see :func:`to_message`), their JSON copied
+    in one go: stored content is plain JSON, which ``marshal`` copies in C."""
+    rows = list(rows)
+    parts = [(r.get("content") or [], r.get("citations") or None) for r in rows]
+    try:
+        copies = marshal.loads(marshal.dumps(parts))
+    except ValueError:  # a caller's subclass of a JSON type: copy it in Python
+        copies = [(_copy(content), _copy(citations)) for content, citations in parts]
+    return [
+        ConversationMessage(role=r["role"], content=content, citations=citations)
+        for r, (content, citations) in zip(rows, copies, strict=True)
+    ]

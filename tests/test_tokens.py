@@ -330,8 +330,8 @@ def slot_by(agent: str) -> Slot:
 def test_the_fixed_insert_stays_under_sqlites_variable_limit() -> None:
     from squad_memory import sql
 
-    assert "tokens" in sql._MESSAGE_COLUMNS
-    assert sql.INSERT_CHUNK * len(sql._MESSAGE_COLUMNS) <= 999
+    assert "tokens" in sql.MESSAGE_COLUMNS
+    assert sql.INSERT_CHUNK * len(sql.MESSAGE_COLUMNS) <= 999
     rows = [msg("user" if i % 2 == 0 else "assistant", "x" * 8) for i in range(2 * sql.INSERT_CHUNK + 1)]
     DjangoChatStorage().save_chat_messages_sync(*KEY, rows)  # three INSERT statements
     assert slot().buffer_tokens == 2 * len(rows)

@@ -13,10 +13,11 @@ from agent_squad.storage import ChatStorage
 from agent_squad.types import ConversationMessage
 from asgiref.sync import sync_to_async
 
+from squad_memory import native
 from squad_memory.conf import app_settings
 from squad_memory.history import SlotKey
 from squad_memory.journal import OrmJournal
-from squad_memory.memory import Memory
+from squad_memory.memory import Memory, Saved
 from squad_memory.messages import to_messages, trim, validate_key
 from squad_memory.models import DJANGO_NAMESPACE
 
@@ -37,7 +38,13 @@ def as_list(messages: Any) -> list[Any]:
 
 
 class AsyncContract(ChatStorage):  # type: ignore[misc]
-    """The four async ChatStorage methods as thin wrappers of the ``*_sync`` ones."""
+    """The four async ChatStorage methods over the ``*_sync`` ones.
+
+    A turn's calls run on the event loop through :mod:`squad_memory.native` where it
+    can (no thread hop); everything else runs the synchronous method in a thread.
+    """
+
+    memory: Memory
 
     async def save_chat_message(
         self,
@@ -47,6 +54,12 @@ class AsyncContract(ChatStorage):  # type: ignore[misc]
         new_message: ConversationMessage,
         max_history_size: int | None = None,
     ) -> list[ConversationMessage]:
+        key = slot_key(user_id, session_id, agent_id)
+        saved = await native.save(
+            self.memory, key, [new_message], check_role=True, size=max_history_size
+        )
+        if saved is not None:
+            return await self._answer_async(saved)
         return await sync_to_async(self.save_chat_message_sync)(  # type: ignore[no-any-return]
             user_id, session_id, agent_id, new_message, max_history_size
         )
@@ -59,6 +72,12 @@ class AsyncContract(ChatStorage):  # type: ignore[misc]
         new_messages: list[ConversationMessage],
         max_history_size: int | None = None,
     ) -> list[ConversationMessage]:
+        key = slot_key(user_id, session_id, agent_id)
+        saved = await native.save(
+            self.memory, key, as_list(new_messages), check_role=False, size=max_history_size
+        )
+        if saved is not None:
+            return await self._answer_async(saved)
         return await sync_to_async(self.save_chat_messages_sync)(  # type: ignore[no-any-return]
             user_id, session_id, agent_id, new_messages, max_history_size
         )
@@ -66,7 +85,10 @@ class AsyncContract(ChatStorage):  # type: ignore[misc]
     async def fetch_chat(
         self, user_id: str, session_id: str, agent_id: str, max_history_size: int | None = None
     ) -> list[ConversationMessage]:
-        return await sync_to_async(self.fetch_chat_sync)(  # type: ignore[no-any-return]
+        found = await native.fetch(self.memory, slot_key(user_id, session_id, agent_id))
+        if found is not None:
+            return trim(to_messages(found), max_history_size)
+        return await sync_to_async(self.fetch_chat_sync)(
             user_id, session_id, agent_id, max_history_size
         )
 
@@ -74,6 +96,26 @@ class AsyncContract(ChatStorage):  # type: ignore[misc]
         return await sync_to_async(self.fetch_all_chats_sync)(  # type: ignore[no-any-return]
             user_id, session_id
         )
+
+    def fetch_chat_sync(
+        self,
+        user_id: str,
+        session_id: str,
+        agent_id: str,
+        max_history_size: int | None = None,
+    ) -> list[ConversationMessage]:
+        key = slot_key(user_id, session_id, agent_id)
+        return trim(to_messages(self.memory.fetch(key)), max_history_size)
+
+    def answer_of(self, saved: Saved) -> list[ConversationMessage]:
+        """What a save returns, from what the save did."""
+        raise NotImplementedError
+
+    async def _answer_async(self, saved: Saved) -> list[ConversationMessage]:
+        found = await native.answer(self.memory, saved, lambda: self.answer_of(saved))
+        if found is not None:
+            return found
+        return await sync_to_async(self.answer_of)(saved)
 
 
 class DjangoChatStorage(AsyncContract):
@@ -117,15 +159,8 @@ class DjangoChatStorage(AsyncContract):
         self.memory.save(key, messages, check_role=False, max_history_size=max_history_size)
         return self.fetch_chat_sync(user_id, session_id, agent_id)
 
-    def fetch_chat_sync(
-        self,
-        user_id: str,
-        session_id: str,
-        agent_id: str,
-        max_history_size: int | None = None,
-    ) -> list[ConversationMessage]:
-        key = slot_key(user_id, session_id, agent_id)
-        return trim(to_messages(self.memory.fetch(key)), max_history_size)
+    def answer_of(self, saved: Saved) -> list[ConversationMessage]:
+        return to_messages(self.memory.visible(saved.slot))
 
     def fetch_all_chats_sync(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         """Every agent's messages of a session by time; assistant text gets ``[agent_id]``."""

@@ -11,7 +11,7 @@ from squad_memory.compression import Result
 from squad_memory.conf import app_settings
 from squad_memory.journal import ForeignJournal, Journal, OrmJournal
 from squad_memory.memory import Memory, Saved
-from squad_memory.messages import to_messages, trim
+from squad_memory.messages import to_messages
 from squad_memory.policy import Policy
 from squad_memory.storage.orm import (
     AsyncContract,
@@ -129,7 +129,7 @@ class SummarizingChatStorage(AsyncContract):
             check_role=True,
             max_history_size=max_history_size,
         )
-        return self._answer(saved)
+        return self.answer_of(saved)
 
     def save_chat_messages_sync(
         self,
@@ -149,13 +149,7 @@ class SummarizingChatStorage(AsyncContract):
         )
         if not saved.appended.accepted and not saved.skipped:  # an empty batch
             return to_messages(self.memory.peek(slot_key(user_id, session_id, agent_id)))
-        return self._answer(saved)
-
-    def fetch_chat_sync(
-        self, user_id: str, session_id: str, agent_id: str, max_history_size: int | None = None
-    ) -> list[ConversationMessage]:
-        key = slot_key(user_id, session_id, agent_id)
-        return trim(to_messages(self.memory.fetch(key)), max_history_size)
+        return self.answer_of(saved)
 
     def fetch_all_chats_sync(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         check_session(user_id, session_id)
@@ -191,7 +185,7 @@ class SummarizingChatStorage(AsyncContract):
         return self.memory.compress_now(slot_key(user_id, session_id, agent_id))
 
     # -- internals ---------------------------------------------------------------------
-    def _answer(self, saved: Saved) -> list[ConversationMessage]:
+    def answer_of(self, saved: Saved) -> list[ConversationMessage]:
         """What a save returns: the buffer as the save left it."""
         result = saved.compression
         if result is not None and result.applied and result.output is not None:

@@ -1,0 +1,200 @@
+"""The native async path: a turn's saves and fetch on the event loop, without a thread hop.
+
+The async ChatStorage methods used to run their synchronous twins through
+``sync_to_async``; a thread hop costs more than SQLite's whole save. Here the
+common case (an existing slot of the ORM journal, the tail cached or read in
+one query) runs on the loop through :mod:`~squad_memory.native.drivers`, with
+the same statements, rules and caches as the synchronous path:
+
+- a save is the one-statement save (PostgreSQL) or ``BEGIN IMMEDIATE``, the same
+  slot UPDATE with the role rule and the INSERT, ``COMMIT`` (SQLite);
+- a fetch reads the slot row, then the tail from the per-process cache, or one
+  query when another process wrote since.
+
+Every other case returns None and the caller takes the thread path, which
+handles everything: a new slot, a refused role, a compression to claim (claimed
+and run through the thread path, as before), an inactive buffer due for
+activation, hard limits needing their own query, a locked SQLite database, a
+foreign journal, a database without a native driver, a call nested in
+``async_to_sync`` (the caller's thread may hold a transaction the native
+connection cannot see), and ``SQUAD_MEMORY["NATIVE_ASYNC"] = False``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from asgiref.sync import AsyncToSync
+from django.db import router
+from django.utils import timezone
+
+from squad_memory import buffer, history, saving, sql, tails
+from squad_memory.conf import app_settings
+from squad_memory.history import SlotKey
+from squad_memory.journal import OrmJournal
+from squad_memory.memory import Memory, Saved
+from squad_memory.messages import MessageDict, to_dicts, trim_size
+from squad_memory.models import Message, Slot
+from squad_memory.native.drivers import Driver, Unavailable, driver
+
+T = TypeVar("T")
+
+logger = logging.getLogger("squad_memory")
+
+__all__ = ["answer", "fetch", "read", "save", "usable"]
+
+
+def usable(memory: Memory) -> str | None:
+    """The alias the native path would use for ``memory``, or None (the thread path)."""
+    if not app_settings.native_async or type(memory.journal) is not OrmJournal:
+        return None
+    if getattr(AsyncToSync.executors, "current", None) is not None:
+        return None  # called from sync code through async_to_sync: stay on its thread
+    alias: str = router.db_for_write(Slot)
+    return alias
+
+
+async def _driver(memory: Memory) -> Driver | None:
+    alias = usable(memory)
+    if alias is None:
+        return None
+    try:
+        return await driver(alias)
+    except Unavailable as exc:
+        _thread_path(exc)
+        return None
+
+
+async def save(
+    memory: Memory, key: SlotKey, messages: list[Any], *, check_role: bool, size: int | None
+) -> Saved | None:
+    """:meth:`Memory.save` on the loop; None: take the thread path (nothing was written)."""
+    dicts = to_dicts(messages)
+    if not dicts or len(dicts) > saving.ONE_STATEMENT_MAX:
+        return None
+    found_driver = await _driver(memory)
+    if found_driver is None:
+        return None
+    alias, wrapper = found_driver.alias, found_driver.wrapper
+    rows = history.build_rows(None, 0, dicts)
+    full_key = (memory.namespace, *key)
+    keep, now = trim_size(size), timezone.now()
+    try:
+        if found_driver.vendor == "postgresql":
+            params = saving.one_statement_params(
+                wrapper, full_key, rows, check_role=check_role, keep=keep, now=now
+            )
+            found = await found_driver.save(saving.one_statement(alias, len(rows)), params, _none)
+        else:
+            params = saving.save_params(
+                wrapper, full_key, rows, check_role=check_role, keep=keep, now=now
+            )
+            loaded: list[Slot] = []
+            found = await found_driver.save(
+                saving.save_update(alias),
+                params,
+                lambda row: _insert(found_driver, row, rows, loaded),
+            )
+    except Unavailable as exc:
+        _thread_path(exc)
+        return None
+    if found is None:  # a new slot or a refused role: the thread path tells them apart
+        return None
+    slot = loaded[0] if found_driver.vendor == "sqlite" else sql.load_slot(alias, wrapper, found)
+    appended = history.saved_in_one_statement(slot, rows)
+    tails.put(alias, slot.pk, [history.cached_row(row) for row in rows])
+    saved = Saved(appended)
+    if memory.due_after(appended):  # about once per trigger_at turns
+        saved.compression = await _thread(memory.compress_after)(slot)
+    return saved
+
+
+def _none(row: Any) -> tuple[str, list[Any]]:
+    raise AssertionError("PostgreSQL saves in one statement")
+
+
+def _insert(
+    found_driver: Driver, row: Any, rows: list[Message], loaded: list[Slot]
+) -> tuple[str, list[Any]]:
+    """The INSERT of ``rows`` after the slot row the UPDATE returned (SQLite); the slot
+    it loads goes to ``loaded``."""
+    slot = sql.load_slot(found_driver.alias, found_driver.wrapper, row)
+    loaded.append(slot)
+    history.number(slot, rows, slot.last_seq - len(rows))
+    statements = sql.statements(found_driver.alias)
+    insert = statements.insert_head + ", ".join([statements.insert_row] * len(rows))
+    return insert, sql.message_params(found_driver.wrapper, rows)
+
+
+async def fetch(memory: Memory, key: SlotKey) -> list[MessageDict] | None:
+    """:meth:`Memory.fetch` on the loop; None: take the thread path."""
+    found_driver = await _driver(memory)
+    if found_driver is None:
+        return None
+    alias = found_driver.alias
+    try:
+        found = await found_driver.fetchall(
+            sql.statements(alias).select_slot, [memory.namespace, *key]
+        )
+    except Unavailable as exc:
+        _thread_path(exc)
+        return None
+    if not found:
+        return []  # no slot: no history (the ORM journal has no seed)
+    slot = sql.load_slot(alias, found_driver.wrapper, found[0])
+    if memory.policy is None:  # a plain history: its visible rows, as journal.visible
+        return await read(found_driver, slot, lambda: memory.visible(slot))
+    if not slot.active and memory.needs_activation(slot):
+        return None
+    return await read(found_driver, slot, lambda: memory.current(slot))
+
+
+async def answer(memory: Memory, saved: Saved, compute: Callable[[], T]) -> T | None:
+    """What a native save returns, ``compute()`` over the slot as saved; None: compute it
+    on the thread path."""
+    found_driver = await _driver(memory)
+    return None if found_driver is None else await read(found_driver, saved.slot, compute)
+
+
+async def read(found_driver: Driver, slot: Slot, compute: Callable[[], T]) -> T | None:
+    """``compute()``, a buffer read of ``slot``, from the tail cache; on a miss the tail
+    is read in one query, cached, and ``compute`` runs again. None: take the thread path."""
+    for attempt in range(2):
+        try:
+            with buffer.cached_only():
+                return compute()
+        except buffer.NotCached as miss:
+            if (
+                attempt
+                or miss.slot_id != slot.pk
+                or slot.last_seq - miss.after_seq > tails.MAX_ROWS
+            ):
+                return None
+            try:
+                await _load_tail(found_driver, slot, miss.after_seq)
+            except Unavailable as exc:
+                _thread_path(exc)
+                return None
+    return None
+
+
+async def _load_tail(found_driver: Driver, slot: Slot, after_seq: int) -> None:
+    """Read the slot's rows ``after_seq < seq <= last_seq`` and cache them."""
+    statement = sql.statements(found_driver.alias).messages_between
+    fetched = await found_driver.fetchall(statement, [slot.pk, after_seq, slot.last_seq])
+    rows = sql.decode_messages(found_driver.wrapper, fetched)
+    if rows and rows[0]["seq"] == after_seq + 1 and rows[-1]["seq"] == slot.last_seq:
+        tails.put(found_driver.alias, slot.pk, rows)
+
+
+def _thread_path(exc: Unavailable) -> None:
+    logger.debug("squad_memory: %s: taking the thread path", exc)
+    return None
+
+
+def _thread(function: Callable[..., T]) -> Callable[..., Any]:
+    from asgiref.sync import sync_to_async
+
+    return sync_to_async(function)
