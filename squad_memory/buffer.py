@@ -7,8 +7,6 @@ change of buffer state is in :mod:`squad_memory.compression`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -30,15 +28,15 @@ class NotCached(LookupError):
 _cached_only: ContextVar[bool] = ContextVar("squad_memory_cached_only", default=False)
 
 
-@contextmanager
-def cached_only() -> Iterator[None]:
+class cached_only:  # a context manager, named as the function it replaced
     """Reads in this block use the tail cache only and raise :class:`NotCached` instead
     of querying (the native async path fetches the rows its own way, then reads again)."""
-    token = _cached_only.set(True)
-    try:
-        yield
-    finally:
-        _cached_only.reset(token)
+
+    def __enter__(self) -> None:
+        self.token = _cached_only.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _cached_only.reset(self.token)
 
 
 @dataclass

@@ -9,6 +9,7 @@ any number of processes keep a gapless, ordered sequence.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -184,9 +185,9 @@ def accepted_dict(row: Message) -> MessageDict:
 
 def build_rows(slot: Slot | None, last_seq: int, messages: list[MessageDict]) -> list[Message]:
     stamp = now_ms()
-    return [
-        Message(
-            slot=slot,
+    rows = [
+        _message(
+            slot_id=None,
             seq=last_seq + i,
             role=m["role"],
             content=m["content"],
@@ -197,6 +198,20 @@ def build_rows(slot: Slot | None, last_seq: int, messages: list[MessageDict]) ->
         )
         for i, m in enumerate(messages, start=1)
     ]
+    if slot is not None:
+        number(slot, rows, last_seq)
+    return rows
+
+
+@functools.cache
+def _message_order() -> tuple[str, ...]:
+    return tuple(f.attname for f in Message._meta.concrete_fields)
+
+
+def _message(**values: Any) -> Message:
+    """An unsaved ``Message``, built with positional values (the ORM's fast path)."""
+    ordered: list[Any] = [values.get(name) for name in _message_order()]
+    return Message(*ordered)  # type: ignore[misc]
 
 
 def _insert(

@@ -91,6 +91,8 @@ def to_dict(message: Any, *, error: type[ValueError] = InvalidMessage) -> Messag
 
 def _check_storable(value: Any, name: str, error: type[ValueError]) -> None:
     """Content is stored as JSON: plain JSON types, finite numbers, no NUL characters."""
+    if value is None:
+        return
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:

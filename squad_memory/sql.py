@@ -183,14 +183,27 @@ def decode_messages(connection: BaseDatabaseWrapper, fetched: list[Any]) -> list
     ]
 
 
+#: Field types whose value, when exactly an int or a str, the database takes as it is.
+_PLAIN_FIELDS = {"BigIntegerField", "CharField", "ForeignKey", "IntegerField", "TextField"}
+
+
+@functools.cache
+def _message_fields() -> list[tuple[str, Field[Any, Any], bool]]:
+    found = [field(Message, name) for name in MESSAGE_COLUMNS]
+    return [(f.attname, f, f.get_internal_type() in _PLAIN_FIELDS) for f in found]
+
+
 def message_params(connection: BaseDatabaseWrapper, rows: Sequence[Message]) -> list[Any]:
-    """The column values of ``rows`` for :attr:`Statements.insert_row`, row after row."""
-    fields = [field(Message, name) for name in MESSAGE_COLUMNS]
-    return [
-        field.get_db_prep_save(getattr(row, field.attname), connection)
-        for row in rows
-        for field in fields
-    ]
+    """The column values of ``rows`` for :attr:`Statements.insert_row`, row after row, as
+    ``get_db_prep_save`` makes them (skipped where it would return an int or str as is)."""
+    params = []
+    for row in rows:
+        for attname, model_field, plain in _message_fields():
+            value = getattr(row, attname)
+            if not plain or type(value) not in (int, str):
+                value = model_field.get_db_prep_save(value, connection)
+            params.append(value)
+    return params
 
 
 def load_slot(alias: str, connection: BaseDatabaseWrapper, row: Sequence[Any]) -> Slot:

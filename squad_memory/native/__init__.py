@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from squad_memory import buffer, history, saving, sql, tails
 from squad_memory.conf import app_settings
-from squad_memory.history import SlotKey
+from squad_memory.history import AppendResult, SlotKey
 from squad_memory.journal import OrmJournal
 from squad_memory.memory import Memory, Saved
 from squad_memory.messages import MessageDict, to_dicts, trim_size
@@ -81,6 +81,7 @@ async def save(
     rows = history.build_rows(None, 0, dicts)
     full_key = (memory.namespace, *key)
     keep, now = trim_size(size), timezone.now()
+    loaded: list[Slot] = []
     try:
         if found_driver.vendor == "postgresql":
             params = saving.one_statement_params(
@@ -91,7 +92,6 @@ async def save(
             params = saving.save_params(
                 wrapper, full_key, rows, check_role=check_role, keep=keep, now=now
             )
-            loaded: list[Slot] = []
             found = await found_driver.save(
                 saving.save_update(alias),
                 params,
@@ -102,8 +102,13 @@ async def save(
         return None
     if found is None:  # a new slot or a refused role: the thread path tells them apart
         return None
-    slot = loaded[0] if found_driver.vendor == "sqlite" else sql.load_slot(alias, wrapper, found)
-    appended = history.saved_in_one_statement(slot, rows)
+    if loaded:  # SQLite: the rows were numbered for the INSERT
+        slot = loaded[0]
+        appended = AppendResult(slot, [history.accepted_dict(r) for r in rows], rows=rows)
+        appended.locked = False
+    else:
+        slot = sql.load_slot(alias, wrapper, found)
+        appended = history.saved_in_one_statement(slot, rows)
     tails.put(alias, slot.pk, [history.cached_row(row) for row in rows])
     saved = Saved(appended)
     if memory.due_after(appended):  # about once per trigger_at turns

@@ -15,6 +15,7 @@ so one connection serves every task of its loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -132,7 +133,9 @@ class SQLite(Driver):
     async def open(cls, alias: str) -> SQLite:
         def connect() -> Any:
             wrapper = connections[alias]
-            conn = wrapper.get_new_connection(wrapper.get_connection_params())
+            params = wrapper.get_connection_params()
+            params["detect_types"] = 0  # Django's own converters parse what load_slot reads
+            conn = wrapper.get_new_connection(params)
             conn.isolation_level = None  # autocommit; a save opens BEGIN IMMEDIATE itself
             conn.execute("PRAGMA busy_timeout = 0")
             return conn
@@ -149,8 +152,9 @@ class SQLite(Driver):
         return False
 
     @staticmethod
+    @functools.cache
     def _sql(sql: str) -> str:
-        return sql.replace("%s", "?")
+        return sql.replace("%s", "?")  # the statements hold no other %
 
     async def fetchall(self, sql: str, params: Sequence[Any]) -> list[Any]:
         try:
@@ -212,12 +216,16 @@ _drivers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Driver]
     weakref.WeakKeyDictionary()
 )
 _lock = threading.Lock()
+#: The loop, alias and driver of the last call, swapped whole (threads may race on it).
+_last: tuple[Any, str, Driver | None] = (None, "", None)
 _inherited: list[Any] = []  # a parent's connections after fork: never used, never closed
 
 
 def _forget_after_fork() -> None:
+    global _last
     _inherited.append(dict(_drivers))
     _drivers.clear()
+    _last = (None, "", None)
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -226,9 +234,14 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 async def driver(alias: str) -> Driver:
     """This loop's driver for ``alias``, opened on first use (again if it broke)."""
     loop = asyncio.get_running_loop()
+    global _last
+    last_loop, last_alias, last = _last
+    if last_loop is loop and last_alias == alias and last is not None and not last.broken:
+        return last  # the common case: the same loop and alias as the last call
     mine = _drivers.get(loop)
     found = mine.get(alias) if mine is not None else None
     if found is not None and not found.broken:
+        _last = (loop, alias, found)
         return found
     with _lock:
         mine = _drivers.setdefault(loop, {})
@@ -245,6 +258,7 @@ async def driver(alias: str) -> Driver:
     opened.keeper = _closed_with_loop(opened)
     await opened.keeper.__anext__()
     mine[alias] = opened
+    _last = (loop, alias, opened)
     return opened
 
 
@@ -268,6 +282,7 @@ def _close_dead_loops() -> None:
 
 def close_all() -> None:
     """Close every native connection of this process (tests, settings changes)."""
+    global _last
     with _lock:
         for mine in list(_drivers.values()):
             for found in mine.values():
@@ -276,3 +291,4 @@ def close_all() -> None:
                 except Exception:
                     logger.debug("closing a native connection failed", exc_info=True)
         _drivers.clear()
+        _last = (None, "", None)
