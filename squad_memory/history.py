@@ -9,8 +9,6 @@ any number of processes keep a gapless, ordered sequence.
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,11 +18,11 @@ from django.db import router, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from squad_memory import saving, sql, tails, tokens
-from squad_memory.messages import MessageDict, is_same_role, now_ms, trim_size
+from squad_memory import saving, sql, tails
+from squad_memory.messages import MessageDict, is_same_role, trim_size
 from squad_memory.models import Message, Slot
 from squad_memory.retry import retry_locked
-from squad_memory.search import extract_text
+from squad_memory.rows import accepted_dict, build_rows, cached_row, number
 
 SlotKey = tuple[str, str, str]
 
@@ -90,11 +88,15 @@ def append(
         )
         return AppendResult(slot=slot, accepted=[])
     built = None  # the rows, built (and their tokens counted) once for either path
-    one_statement = store_rows is None and len(messages) <= saving.ONE_STATEMENT_MAX
-    if one_statement and saving.one_statement_saves(db_alias()):
+    returning = store_rows is None and len(messages) <= saving.ONE_STATEMENT_MAX
+    if returning and saving.returning_saves(db_alias()):
         built = build_rows(None, 0, messages)
-        fast = _append_in_one_statement(key, namespace, built, check_role, max_history_size)
-        if fast is not None:  # its row lock is gone: the caller claims apart, if due
+        fast = retry_locked(
+            db_alias(),
+            lambda: _append_returning(key, namespace, built, check_role, max_history_size, claim),
+            key,
+        )
+        if fast is not None:  # unless it says locked, the caller claims apart, if due
             return fast
     return retry_locked(
         db_alias(),
@@ -142,76 +144,49 @@ _SAVE_FIELDS = [
 ]
 
 
-def _append_in_one_statement(
+def _append_returning(
     key: SlotKey,
     namespace: str,
     rows: list[Message],
     check_role: bool,
     max_history_size: int | None,
+    claim: ClaimHook | None,
 ) -> AppendResult | None:
-    """The same save as the general path in one round trip, where the database can
-    (PostgreSQL); None when it cannot tell (a new slot, a refused role): take that path."""
+    """The same save as the general path with ``UPDATE ... RETURNING`` (one round trip on
+    PostgreSQL, where the claim is taken apart; two statements on SQLite, which claims
+    under the write lock it holds); None when it cannot tell (a new slot, a refused
+    role): take that path."""
     alias = db_alias()
-    slot = saving.save_in_one_statement(
+    claimed: list[str | None] = []
+
+    def claim_locked(slot: Slot) -> None:
+        token = claim(slot) if claim is not None else None
+        if token is not None:
+            sql.update_slot(slot, ["pending_since", "pending_token", "lease_until"])
+        claimed.append(token)
+
+    slot = saving.save_returning(
         (namespace, *key),
         rows,
         check_role=check_role,
         keep=trim_size(max_history_size),
         now=timezone.now(),
+        locked=claim_locked,
     )
     if slot is None:
         return None
-    appended = saved_in_one_statement(slot, rows)
+    appended = saved_returning(slot, rows)
+    if claimed:
+        appended.claim, appended.locked = claimed[0], True
     remember(alias, slot.pk, [cached_row(row) for row in rows])
     return appended
 
 
-def saved_in_one_statement(slot: Slot, rows: list[Message]) -> AppendResult:
+def saved_returning(slot: Slot, rows: list[Message]) -> AppendResult:
     """What a one-statement save did, from the slot row it returned (no lock is held)."""
     number(slot, rows, slot.last_seq - len(rows))
     accepted = [accepted_dict(row) for row in rows]
     return AppendResult(slot=slot, accepted=accepted, rows=rows, locked=False)
-
-
-def number(slot: Slot, rows: list[Message], after_seq: int) -> None:
-    """Give ``rows`` their slot and the sequence numbers after ``after_seq``."""
-    for i, row in enumerate(rows, start=after_seq + 1):
-        row.slot, row.seq = slot, i
-
-
-def accepted_dict(row: Message) -> MessageDict:
-    return {"role": row.role, "content": row.content, "citations": row.citations}
-
-
-def build_rows(slot: Slot | None, last_seq: int, messages: list[MessageDict]) -> list[Message]:
-    stamp = now_ms()
-    rows = [
-        _message(
-            slot_id=None,
-            seq=last_seq + i,
-            role=m["role"],
-            content=m["content"],
-            citations=m.get("citations"),
-            timestamp=m.get("timestamp") or stamp,  # importers keep the original time
-            text=extract_text(m["content"]),
-            tokens=tokens.count(m),
-        )
-        for i, m in enumerate(messages, start=1)
-    ]
-    if slot is not None:
-        number(slot, rows, last_seq)
-    return rows
-
-
-@functools.cache
-def _message_order() -> tuple[str, ...]:
-    return tuple(f.attname for f in Message._meta.concrete_fields)
-
-
-def _message(**values: Any) -> Message:
-    """An unsaved ``Message``, built with positional values (the ORM's fast path)."""
-    ordered: list[Any] = [values.get(name) for name in _message_order()]
-    return Message(*ordered)  # type: ignore[misc]
 
 
 def _insert(
@@ -226,12 +201,6 @@ def _insert(
     number(slot, rows, slot.last_seq)
     sql.insert_messages(rows)
     return rows
-
-
-def cached_row(message: Message) -> dict[str, Any]:
-    # What reading the row back gives: the content as its JSON says (a copy, not the caller's).
-    content, citations = json.loads(json.dumps([message.content, message.citations]))
-    return {"seq": message.seq, "role": message.role, "content": content, "citations": citations}
 
 
 def remember(alias: str, slot_id: int, rows: list[dict[str, Any]]) -> None:

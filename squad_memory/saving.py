@@ -8,22 +8,22 @@ Used by :mod:`squad_memory.history` (the thread path) and :mod:`squad_memory.nat
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from squad_memory.models import Message, Slot
-from squad_memory.sql import MESSAGE_COLUMNS, field, load_slot, statements
+from squad_memory.sql import MESSAGE_COLUMNS, field, insert_messages, load_slot, statements
 
 #: Messages per one-statement save; a longer batch takes the general path.
 ONE_STATEMENT_MAX = 50
 
 
-def one_statement_saves(alias: str) -> bool:
-    """Whether ``alias`` can save with :func:`save_in_one_statement` (data-modifying CTEs)."""
-    return connections[alias].vendor == "postgresql"
+def returning_saves(alias: str) -> bool:
+    """Whether ``alias`` can save with :func:`save_returning` (``UPDATE ... RETURNING``)."""
+    return connections[alias].vendor in ("postgresql", "sqlite")
 
 
 @functools.cache
@@ -114,16 +114,40 @@ def one_statement_params(
     return params
 
 
-def save_in_one_statement(
-    key: Sequence[str], rows: Sequence[Message], *, check_role: bool, keep: int, now: Any
+def save_returning(
+    key: Sequence[str],
+    rows: Sequence[Message],
+    *,
+    check_role: bool,
+    keep: int,
+    now: Any,
+    locked: Callable[[Slot], None] | None = None,
 ) -> Slot | None:
-    """Lock the slot, apply the role rule, bump the counters and insert ``rows`` in one
-    statement; the slot as left, or None when it does not exist or the role rule refused
-    (the caller then takes the general path, which tells the two apart)."""
+    """Lock the slot, apply the role rule, bump the counters and insert ``rows``: one
+    statement on PostgreSQL; on SQLite the slot's UPDATE (which takes the write lock)
+    and the INSERT in one transaction, then ``locked(slot)`` while the lock is held. The
+    slot as left, or None (nothing written) when it does not exist or the role rule
+    refused: the caller then takes the general path, which tells the two apart."""
     alias = router.db_for_write(Slot)
     connection = connections[alias]
-    params = one_statement_params(connection, key, rows, check_role=check_role, keep=keep, now=now)
-    with connection.cursor() as cursor:
-        cursor.execute(one_statement(alias, len(rows)), params)
+    if connection.vendor == "postgresql":
+        params = one_statement_params(
+            connection, key, rows, check_role=check_role, keep=keep, now=now
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(one_statement(alias, len(rows)), params)
+            found = cursor.fetchone()
+        return None if found is None else load_slot(alias, connection, found)
+    params = save_params(connection, key, rows, check_role=check_role, keep=keep, now=now)
+    with transaction.atomic(using=alias), connection.cursor() as cursor:
+        cursor.execute(save_update(alias), params)
         found = cursor.fetchone()
-    return None if found is None else load_slot(alias, connection, found)
+        if found is None:
+            return None
+        slot = load_slot(alias, connection, found)
+        for seq, row in enumerate(rows, start=slot.last_seq - len(rows) + 1):
+            row.slot, row.seq = slot, seq
+        insert_messages(rows)
+        if locked is not None:
+            locked(slot)
+    return slot

@@ -38,6 +38,7 @@ from squad_memory.memory import Memory, Saved
 from squad_memory.messages import MessageDict, to_dicts, trim_size
 from squad_memory.models import Message, Slot
 from squad_memory.native.drivers import Driver, Unavailable, driver
+from squad_memory.rows import accepted_dict, build_rows, cached_row, number
 
 T = TypeVar("T")
 
@@ -78,7 +79,7 @@ async def save(
     if found_driver is None:
         return None
     alias, wrapper = found_driver.alias, found_driver.wrapper
-    rows = history.build_rows(None, 0, dicts)
+    rows = build_rows(None, 0, dicts)
     full_key = (memory.namespace, *key)
     keep, now = trim_size(size), timezone.now()
     loaded: list[Slot] = []
@@ -104,12 +105,12 @@ async def save(
         return None
     if loaded:  # SQLite: the rows were numbered for the INSERT
         slot = loaded[0]
-        appended = AppendResult(slot, [history.accepted_dict(r) for r in rows], rows=rows)
+        appended = AppendResult(slot, [accepted_dict(r) for r in rows], rows=rows)
         appended.locked = False
     else:
         slot = sql.load_slot(alias, wrapper, found)
-        appended = history.saved_in_one_statement(slot, rows)
-    tails.put(alias, slot.pk, [history.cached_row(row) for row in rows])
+        appended = history.saved_returning(slot, rows)
+    tails.put(alias, slot.pk, [cached_row(row) for row in rows])
     saved = Saved(appended)
     if memory.due_after(appended):  # about once per trigger_at turns
         saved.compression = await _thread(memory.compress_after)(slot)
@@ -127,7 +128,7 @@ def _insert(
     it loads goes to ``loaded``."""
     slot = sql.load_slot(found_driver.alias, found_driver.wrapper, row)
     loaded.append(slot)
-    history.number(slot, rows, slot.last_seq - len(rows))
+    number(slot, rows, slot.last_seq - len(rows))
     statements = sql.statements(found_driver.alias)
     insert = statements.insert_head + ", ".join([statements.insert_row] * len(rows))
     return insert, sql.message_params(found_driver.wrapper, rows)

@@ -113,7 +113,7 @@ class Postgres(Driver):
                 raise as_django(exc) from exc
 
     async def save(self, update: str, params: Sequence[Any], insert: InsertFor) -> Any:
-        # One statement (saving.save_in_one_statement's): the caller passes the CTE as update.
+        # One statement (saving.one_statement): the caller passes the CTE as ``update``.
         found = await self.fetchall(update, params)
         return found[0] if found else None
 

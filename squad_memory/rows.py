@@ -1,0 +1,60 @@
+"""A save's rows, built once: the unsaved ``Message`` instances, their sequence numbers,
+and what the save reports and caches of them."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from squad_memory import tokens
+from squad_memory.messages import MessageDict, now_ms
+from squad_memory.models import Message, Slot
+from squad_memory.search import extract_text
+
+
+def build_rows(slot: Slot | None, last_seq: int, messages: list[MessageDict]) -> list[Message]:
+    stamp = now_ms()
+    rows = [
+        _message(
+            slot_id=None,
+            seq=last_seq + i,
+            role=m["role"],
+            content=m["content"],
+            citations=m.get("citations"),
+            timestamp=m.get("timestamp") or stamp,  # importers keep the original time
+            text=extract_text(m["content"]),
+            tokens=tokens.count(m),
+        )
+        for i, m in enumerate(messages, start=1)
+    ]
+    if slot is not None:
+        number(slot, rows, last_seq)
+    return rows
+
+
+@functools.cache
+def _message_order() -> tuple[str, ...]:
+    return tuple(f.attname for f in Message._meta.concrete_fields)
+
+
+def _message(**values: Any) -> Message:
+    """An unsaved ``Message``, built with positional values (the ORM's fast path)."""
+    ordered: list[Any] = [values.get(name) for name in _message_order()]
+    return Message(*ordered)  # type: ignore[misc]
+
+
+def number(slot: Slot, rows: list[Message], after_seq: int) -> None:
+    """Give ``rows`` their slot and the sequence numbers after ``after_seq``."""
+    for i, row in enumerate(rows, start=after_seq + 1):
+        row.slot, row.seq = slot, i
+
+
+def accepted_dict(row: Message) -> MessageDict:
+    return {"role": row.role, "content": row.content, "citations": row.citations}
+
+
+def cached_row(message: Message) -> dict[str, Any]:
+    # What reading the row back gives: the content as its JSON says (a copy, not the caller's).
+    content, citations = json.loads(json.dumps([message.content, message.citations]))
+    return {"seq": message.seq, "role": message.role, "content": content, "citations": citations}
