@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
-from django.db import connection, transaction
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import connection, connections, transaction
 from django.test import override_settings
 
 from squad_memory import native
@@ -23,6 +23,13 @@ from tests.conftest import msg, texts
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FOLD = "tests.summarizers.fold"
+
+
+@pytest.fixture(autouse=True)
+def close_worker_connections() -> Iterator[None]:
+    """Close the connection the thread path opened in its worker thread."""
+    yield
+    asyncio.run(sync_to_async(connections.close_all)())
 
 
 @pytest.fixture

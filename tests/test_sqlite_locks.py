@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import queue
+import re
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +38,28 @@ def w002(default: dict[str, Any]) -> list[str]:
         ({"ENGINE": SQLITE, "NAME": "db.sqlite3"}, True),  # startproject
         ({"ENGINE": SQLITE, "NAME": "x", "OPTIONS": {"timeout": 20}}, True),
         ({"ENGINE": SQLITE, "NAME": "x", "OPTIONS": {"transaction_mode": "IMMEDIATE"}}, True),
-        ({"ENGINE": SQLITE, "NAME": "x", "OPTIONS": {"transaction_mode": "DEFERRED", "timeout": 20}}, True),
-        ({"ENGINE": SQLITE, "NAME": "x", "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20}}, False),
+        (
+            {
+                "ENGINE": SQLITE,
+                "NAME": "x",
+                "OPTIONS": {"transaction_mode": "DEFERRED", "timeout": 20},
+            },
+            True,
+        ),
+        (
+            {
+                "ENGINE": SQLITE,
+                "NAME": "x",
+                "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+            },
+            False,
+        ),
         ({"ENGINE": "django.db.backends.postgresql", "NAME": "app"}, False),
     ],
 )
-def test_sqlite_without_immediate_transactions_and_a_timeout_is_warned(default: dict[str, Any], warned: bool) -> None:
+def test_sqlite_without_immediate_transactions_and_a_timeout_is_warned(
+    default: dict[str, Any], warned: bool
+) -> None:
     assert w002(default) == (["squad_memory.W002"] if warned else [])
 
 
@@ -51,10 +72,10 @@ def test_the_demo_settings_pass_the_sqlite_check() -> None:
         assert w002(default) == []
 
 
-def start_saver(db: Path, mode: str) -> subprocess.Popen[str]:
+def start_saver(db: Path, mode: str, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{db}", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.sqlite_saver", mode, "0.1"],
+        [sys.executable, "-m", "tests.sqlite_saver", mode, *(args or ["0.1"])],
         cwd=ROOT,
         env=env,
         stdin=subprocess.PIPE,
@@ -67,7 +88,9 @@ def start_saver(db: Path, mode: str) -> subprocess.Popen[str]:
 
 
 @pytest.mark.parametrize("mode", ["IMMEDIATE", ""])
-def test_a_save_retries_while_a_second_connection_holds_the_write_lock(tmp_path: Path, mode: str) -> None:
+def test_a_save_retries_while_a_second_connection_holds_the_write_lock(
+    tmp_path: Path, mode: str
+) -> None:
     db = tmp_path / "db.sqlite3"
     proc = start_saver(db, mode)
     assert proc.stdin is not None and proc.stderr is not None
@@ -87,6 +110,50 @@ def test_a_save_retries_while_a_second_connection_holds_the_write_lock(tmp_path:
     assert out.strip() == "saved 1"
     assert "found the database locked (database is locked), attempt 1 of 5" in log
     assert other.execute("SELECT count(*) FROM squad_memory_message").fetchone() == (1,)
+
+
+def test_an_async_save_that_finds_the_lock_waits_on_the_thread_path(tmp_path: Path) -> None:
+    """The native path meets "database is locked" at BEGIN IMMEDIATE (busy_timeout 0),
+    writes nothing and hands the save to the thread path, which waits out the lock."""
+    db = tmp_path / "db.sqlite3"
+    proc = start_saver(db, "IMMEDIATE", "30", "async")  # the slot exists: native first
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read_stderr() -> None:
+        for line in proc.stderr or []:
+            lines.put(line)
+
+    reader = threading.Thread(target=read_stderr)
+    reader.start()
+    seen: list[str] = []
+    with closing(sqlite3.connect(db, isolation_level=None, timeout=30)) as other:
+        try:
+            other.execute("BEGIN IMMEDIATE")  # the second writer: holds the write lock
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            deadline = time.monotonic() + 30
+            while not any("taking the thread path" in line for line in seen):
+                seen.append(lines.get(timeout=max(deadline - time.monotonic(), 0.01)))
+            time.sleep(0.5)  # the thread path waits meanwhile (Django's timeout: 30 s)
+            assert proc.poll() is None, "".join(seen)
+            released = time.time()
+            other.execute("COMMIT")
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            reader.join(timeout=10)
+        log = "".join(seen + list(lines.queue))
+        assert proc.returncode == 0, log
+        saved, count, done = proc.stdout.read().split()
+        assert (saved, count) == ("saved", "2"), log
+        assert float(done) > released, "the save finished before the lock was released"
+        assert re.search(r"squad_memory: .*locked.*: taking the thread path", log), log
+        rows = other.execute("SELECT seq, text FROM squad_memory_message ORDER BY seq").fetchall()
+        assert rows == [(1, "first"), (2, "second")]  # stored once, seqs gapless
+        assert other.execute("SELECT last_seq FROM squad_memory_slot").fetchall() == [(2,)]
 
 
 @pytest.mark.django_db

@@ -1,13 +1,51 @@
 """A writer process for the concurrency tests: ``python -m tests.writer_process NAME MODE COUNT``.
 
 Connects to the database named by DATABASE_URL and saves COUNT messages (tagged
-with NAME) to one slot, as batch saves of pairs or as single saves.
+with NAME) to one slot, as batch saves of pairs or as single saves. The modes
+"async-batch" and "async-single" do the same through the async API, inside one
+``asyncio.run`` (so the native async path saves once the slot exists).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+from typing import Any
+
+ROLES = ("user", "assistant")
+
+
+def message(name: str, i: int) -> Any:
+    from agent_squad.types import ConversationMessage
+
+    return ConversationMessage(ROLES[i % 2], [{"text": f"{name}:{i}"}])
+
+
+def write(store: Any, name: str, mode: str, count: int) -> None:
+    if mode == "batch":
+        for i in range(0, count, 2):
+            store.save_chat_messages_sync(
+                "u", "s", "shared", [message(name, i), message(name, i + 1)]
+            )
+    else:
+        for i in range(count):
+            store.save_chat_message_sync("u", "s", "shared", message(name, i))
+            if i % 10 == 0:
+                store.fetch_chat_sync("u", "s", "shared")
+
+
+async def write_async(store: Any, name: str, mode: str, count: int) -> None:
+    if mode == "async-batch":
+        for i in range(0, count, 2):
+            await store.save_chat_messages(
+                "u", "s", "shared", [message(name, i), message(name, i + 1)]
+            )
+    else:
+        for i in range(count):
+            await store.save_chat_message("u", "s", "shared", message(name, i))
+            if i % 10 == 0:
+                await store.fetch_chat("u", "s", "shared")
 
 
 def main(name: str, mode: str, count: int) -> None:
@@ -15,26 +53,28 @@ def main(name: str, mode: str, count: int) -> None:
     import django
 
     django.setup()
-    from agent_squad.types import ConversationMessage
-
     from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 
     store = SummarizingChatStorage(
         DjangoChatStorage(), "tests.summarizers.fold", int(os.environ.get("TRIGGER_AT", "5")), 2
     )
-    roles = ("user", "assistant")
-    if mode == "batch":
-        for i in range(0, count, 2):
-            store.save_chat_messages_sync("u", "s", "shared", [
-                ConversationMessage(roles[0], [{"text": f"{name}:{i}"}]),
-                ConversationMessage(roles[1], [{"text": f"{name}:{i + 1}"}]),
-            ])
+    if mode.startswith("async-"):
+        from squad_memory import native
+
+        saved_natively = 0
+        real_save = native.save
+
+        async def counted_save(*args: Any, **kwargs: Any) -> Any:
+            nonlocal saved_natively
+            saved = await real_save(*args, **kwargs)
+            saved_natively += saved is not None
+            return saved
+
+        native.save = counted_save
+        asyncio.run(write_async(store, name, mode, count))
+        print(f"native saves: {saved_natively}", flush=True)
     else:
-        for i in range(count):
-            message = ConversationMessage(roles[i % 2], [{"text": f"{name}:{i}"}])
-            store.save_chat_message_sync("u", "s", "shared", message)
-            if i % 10 == 0:
-                store.fetch_chat_sync("u", "s", "shared")
+        write(store, name, mode, count)
 
 
 if __name__ == "__main__":

@@ -18,16 +18,20 @@ activation, hard limits needing their own query, a locked SQLite database, a
 foreign journal, a database without a native driver, a call nested in
 ``async_to_sync`` (the caller's thread may hold a transaction the native
 connection cannot see), and ``SQUAD_MEMORY["NATIVE_ASYNC"] = False``.
+
+A read whose connection broke under it (a terminated backend) runs once more on a
+fresh connection; a save's database error reaches the caller as Django's own (whether
+a save on a lost connection committed is unknown, so it is not repeated).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import AsyncToSync
-from django.db import router
+from django.db import DatabaseError, router
 from django.utils import timezone
 
 from squad_memory import buffer, history, saving, sql, tails
@@ -136,9 +140,10 @@ def _insert(
 
 async def fetch(memory: Memory, key: SlotKey) -> list[MessageDict] | None:
     """:meth:`Memory.fetch` on the loop; None: take the thread path."""
-    found_driver = await _driver(memory)
-    if found_driver is None:
-        return None
+    return await _retried(memory, lambda found_driver: _fetch(memory, key, found_driver))
+
+
+async def _fetch(memory: Memory, key: SlotKey, found_driver: Driver) -> list[MessageDict] | None:
     alias = found_driver.alias
     try:
         found = await found_driver.fetchall(
@@ -160,8 +165,24 @@ async def fetch(memory: Memory, key: SlotKey) -> list[MessageDict] | None:
 async def answer(memory: Memory, saved: Saved, compute: Callable[[], T]) -> T | None:
     """What a native save returns, ``compute()`` over the slot as saved; None: compute it
     on the thread path."""
+    return await _retried(memory, lambda found_driver: read(found_driver, saved.slot, compute))
+
+
+async def _retried(memory: Memory, reading: Callable[[Driver], Awaitable[T | None]]) -> T | None:
+    """``reading(driver)``, a read on this loop's connection; a read whose connection broke
+    under it (a terminated backend, a lost network) runs once more on a fresh connection:
+    a read is safe to repeat (a save is not: whether it committed is unknown)."""
     found_driver = await _driver(memory)
-    return None if found_driver is None else await read(found_driver, saved.slot, compute)
+    if found_driver is None:
+        return None
+    try:
+        return await reading(found_driver)
+    except DatabaseError as exc:
+        if not found_driver.broken:
+            raise
+        logger.debug("squad_memory: %s: reading again on a new connection", exc)
+    found_driver = await _driver(memory)  # the broken one is replaced
+    return None if found_driver is None else await reading(found_driver)
 
 
 async def read(found_driver: Driver, slot: Slot, compute: Callable[[], T]) -> T | None:

@@ -175,7 +175,8 @@ class SQLite(Driver):
                 conn.execute(self._sql(statement), values)
             conn.execute("COMMIT")
         except BaseException as exc:
-            conn.execute("ROLLBACK")  # nothing of this save is written
+            if conn.in_transaction:  # an error may have ended it (RAISE(ROLLBACK), a full disk)
+                conn.execute("ROLLBACK")  # nothing of this save is written
             raise as_django(exc) from exc
         return found
 
