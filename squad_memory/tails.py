@@ -21,6 +21,8 @@ Row = dict[str, Any]
 #: Slots remembered per process, and rows per slot (the newest are kept).
 MAX_SLOTS = 4096
 MAX_ROWS = 512
+#: Rows a slot's entry may grow past MAX_ROWS before it is cut back (cuts are rare).
+_SLACK = 64
 
 _lock = threading.Lock()
 _tails: OrderedDict[tuple[str, int], tuple[int, list[Row]]] = OrderedDict()
@@ -43,15 +45,22 @@ def put(alias: str, slot_id: int, rows: list[Row]) -> None:
     """Remember consecutive rows of a slot (committed), joining them to what is cached."""
     if not rows:
         return
+    key = (alias, slot_id)
     with _lock:
-        entry = _tails.get((alias, slot_id))
+        entry = _tails.get(key)
         first = rows[0]["seq"]
-        if entry is not None and entry[0] < first <= entry[0] + len(entry[1]):
-            kept = entry[1][: first - entry[0]]
-            first, rows = entry[0], kept + rows
-        rows = rows[-MAX_ROWS:]
-        _tails[(alias, slot_id)] = (rows[0]["seq"], rows)
-        _tails.move_to_end((alias, slot_id))
+        if entry is not None and first == entry[0] + len(entry[1]):
+            cached = entry[1]  # the common case, a save's rows after the cached ones:
+            cached.extend(rows)  # appended in place (readers get slices, never this list)
+            if len(cached) > MAX_ROWS + _SLACK:
+                del cached[: len(cached) - MAX_ROWS]
+                _tails[key] = (cached[0]["seq"], cached)
+        else:
+            if entry is not None and entry[0] < first < entry[0] + len(entry[1]):
+                rows = entry[1][: first - entry[0]] + rows
+            rows = rows[-MAX_ROWS:]
+            _tails[key] = (rows[0]["seq"], rows)
+        _tails.move_to_end(key)
         while len(_tails) > MAX_SLOTS:
             _tails.popitem(last=False)
 

@@ -26,8 +26,11 @@ a save on a lost connection committed is unknown, so it is not repeated).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asgiref.sync import AsyncToSync
@@ -55,10 +58,25 @@ def usable(memory: Memory) -> str | None:
     """The alias the native path would use for ``memory``, or None (the thread path)."""
     if not app_settings.native_async or type(memory.journal) is not OrmJournal:
         return None
-    if getattr(AsyncToSync.executors, "current", None) is not None:
+    if _under_async_to_sync():
         return None  # called from sync code through async_to_sync: stay on its thread
     alias: str = router.db_for_write(Slot)
     return alias
+
+
+#: Tasks known to run outside ``async_to_sync``: a task's context is fixed when it is
+#: created (asgiref starts a new task for each ``async_to_sync`` call), so is the answer.
+_free_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+
+def _under_async_to_sync() -> bool:
+    task = asyncio.current_task()
+    if task is not None and task in _free_tasks:
+        return False
+    nested = getattr(AsyncToSync.executors, "current", None) is not None
+    if not nested and task is not None:
+        _free_tasks.add(task)
+    return nested
 
 
 async def _driver(memory: Memory) -> Driver | None:
@@ -115,7 +133,7 @@ async def save(
         slot = sql.load_slot(alias, wrapper, found)
         appended = history.saved_returning(slot, rows)
     tails.put(alias, slot.pk, [cached_row(row) for row in rows])
-    saved = Saved(appended)
+    saved = LoopSaved(appended, driver=found_driver)
     if memory.due_after(appended):  # about once per trigger_at turns
         saved.compression = await _thread(memory.compress_after)(slot)
     return saved
@@ -162,17 +180,33 @@ async def _fetch(memory: Memory, key: SlotKey, found_driver: Driver) -> list[Mes
     return await read(found_driver, slot, lambda: memory.current(slot))
 
 
+@dataclass
+class LoopSaved(Saved):
+    """A save done on the loop, with the driver it used (its answer reads through it)."""
+
+    driver: Driver | None = None
+
+
 async def answer(memory: Memory, saved: Saved, compute: Callable[[], T]) -> T | None:
     """What a native save returns, ``compute()`` over the slot as saved; None: compute it
     on the thread path."""
-    return await _retried(memory, lambda found_driver: read(found_driver, saved.slot, compute))
+    used = saved.driver if isinstance(saved, LoopSaved) else None
+    return await _retried(
+        memory, lambda found_driver: read(found_driver, saved.slot, compute), used
+    )
 
 
-async def _retried(memory: Memory, reading: Callable[[Driver], Awaitable[T | None]]) -> T | None:
-    """``reading(driver)``, a read on this loop's connection; a read whose connection broke
-    under it (a terminated backend, a lost network) runs once more on a fresh connection:
-    a read is safe to repeat (a save is not: whether it committed is unknown)."""
-    found_driver = await _driver(memory)
+async def _retried(
+    memory: Memory,
+    reading: Callable[[Driver], Awaitable[T | None]],
+    found_driver: Driver | None = None,
+) -> T | None:
+    """``reading(driver)``, a read on this loop's connection (``found_driver``: the one this
+    call's save used); a read whose connection broke under it (a terminated backend, a
+    lost network) runs once more on a fresh connection: a read is safe to repeat (a save
+    is not: whether it committed is unknown)."""
+    if found_driver is None or found_driver.broken:
+        found_driver = await _driver(memory)
     if found_driver is None:
         return None
     try:
