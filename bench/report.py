@@ -160,7 +160,9 @@ def floor_ratios(r: dict[str, Any]) -> list[str]:
         "### Ratio to the floor (system turn / plain driver turn; 1 = the floor)",
         "",
         "The floor is psycopg (PostgreSQL systems) or sqlite3 in WAL with `synchronous=NORMAL` "
-        "(every other system) doing the same turn on the same rows: two single-row INSERTs, "
+        "(every other system) doing the same turn on the same rows, in a copy of "
+        "squad_memory's message table made from the live schema (same columns, constraints "
+        "and indexes, the search index included): two single-row INSERTs, "
         f"each committed, then one SELECT of the slot's newest {2 * TRIGGER_AT} rows decoded "
         "into dicts, no thread hop.",
         "",

@@ -198,8 +198,10 @@ def method(r: dict[str, Any]) -> list[str]:
         f"(a capped row says how many turns it got). W2: {p['fetches']} `fetch_chat` calls "
         "per N after W1, once nothing is pending.",
         "- squad_memory and agent-squad are driven through the async `ChatStorage` contract, "
-        "as agent-squad's orchestrator does; the bare ORM through `sync_to_async` for the "
-        "same reason; the floor calls its driver directly (no thread hop). Each system runs "
+        "as agent-squad's orchestrator does (squad_memory's turn runs on the event loop "
+        "through its native path, `squad_memory.native`); the bare ORM through "
+        "`sync_to_async`, as Django requires of async code; the floor calls its driver "
+        "directly (no thread hop). Each system runs "
         "in a fresh process; Celery mode uses a real `python -m celery -A project worker` "
         "(concurrency 1) on Redis.",
         "- SQLite files (squad_memory, the floor, libsql, LangChain) live on the same disk; "
