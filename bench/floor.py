@@ -159,6 +159,9 @@ class DriverFloor(System):
             self.conn.executemany(self.insert_sql, rows)
             self.conn.execute("COMMIT")
         state[1] += n
+        # Planner statistics, as autovacuum would gather them: without any, PostgreSQL may
+        # read a whole slot through the slot_id index and sort it for the newest rows.
+        self.conn.execute(f"ANALYZE {TABLE}")
 
     def insert(self, slot: SlotId, role: str, text: str) -> None:
         state = self._slot(slot)

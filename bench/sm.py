@@ -41,6 +41,13 @@ def vendor() -> str:
     return connection.vendor
 
 
+def analyze() -> None:
+    """Planner statistics after a bulk prefill, as autovacuum would gather them (the
+    floor does the same for its table)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Message._meta.db_table}")
+
+
 class SquadMemory(ChatStorageSystem):
     """``SummarizingChatStorage(DjangoChatStorage(), ...)`` through the async contract."""
 
@@ -61,6 +68,7 @@ class SquadMemory(ChatStorageSystem):
         row, _ = Slot.objects.get_or_create(user_id=slot[0], session_id=slot[1], agent_id=slot[2])
         bulk_history(row, n)
         row.save(update_fields=["last_seq", "last_role"])
+        analyze()
 
     async def settle(self, slot: SlotId, timeout: float = 120) -> None:
         """Wait for a queued compression to be applied by the worker."""
@@ -93,6 +101,7 @@ class DjangoFloor(System):
     def _prefill(self, slot: SlotId, n: int) -> None:
         row, _ = Slot.objects.get_or_create(user_id=slot[0], session_id=slot[1], agent_id=slot[2])
         bulk_history(row, n)
+        analyze()
         self.seq[slot], self.slot_pk[slot] = row.last_seq, row.pk
 
     def insert(self, slot: SlotId, role: str, text: str) -> None:

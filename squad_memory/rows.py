@@ -7,7 +7,7 @@ import functools
 import json
 from typing import Any
 
-from squad_memory import tokens
+from squad_memory import sql, tokens
 from squad_memory.messages import MessageDict, now_ms
 from squad_memory.models import Message, Slot
 from squad_memory.search import extract_text
@@ -39,9 +39,8 @@ def _message_order() -> tuple[str, ...]:
 
 
 def _message(**values: Any) -> Message:
-    """An unsaved ``Message``, built with positional values (the ORM's fast path)."""
-    ordered: list[Any] = [values.get(name) for name in _message_order()]
-    return Message(*ordered)  # type: ignore[misc]
+    """An unsaved ``Message`` (every concrete field set; ``id`` None)."""
+    return sql.instance(Message, {name: values.get(name) for name in _message_order()})
 
 
 def number(slot: Slot, rows: list[Message], after_seq: int) -> None:

@@ -12,13 +12,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field
+from django.db.models import Field, Model
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 
 from squad_memory.models import Message, Slot
+
+M = TypeVar("M", bound=Model)
 
 #: Rows per INSERT statement: rows x columns stays under SQLite's 999-variable limit.
 INSERT_CHUNK = 120
@@ -213,4 +217,24 @@ def load_slot(alias: str, connection: BaseDatabaseWrapper, row: Sequence[Any]) -
     for index, column, functions in converters:
         for function in functions:
             values[index] = function(values[index], column, connection)
-    return Slot.from_db(alias, names, values)
+    slot: Slot = instance(Slot, dict(zip(names, values, strict=True)), db=alias)
+    return slot
+
+
+def instance(model: type[M], values: dict[str, Any], *, db: str | None = None) -> M:
+    """A ``model`` instance with these attribute values, as ``Model.from_db`` (``db`` given:
+    a row read) or ``Model(...)`` (unsaved) would make it, without the constructor's
+    per-field work: the hot path builds a few per call. Falls back to the constructor
+    when anything listens to ``pre_init``/``post_init`` for the model."""
+    if pre_init.has_listeners(model) or post_init.has_listeners(model):
+        ordered = [values.get(f.attname) for f in model._meta.concrete_fields]
+        if db is None:
+            return model(*ordered)
+        return model.from_db(db, [f.attname for f in model._meta.concrete_fields], ordered)
+    new = model.__new__(model)
+    state = ModelState()
+    if db is not None:
+        state.adding, state.db = False, db
+    new._state = state
+    new.__dict__.update(values)
+    return new

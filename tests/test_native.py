@@ -15,7 +15,7 @@ from django.test import override_settings
 
 from squad_memory import native
 from squad_memory.models import Message, Slot
-from squad_memory.native import drivers
+from squad_memory.native import drivers, errors
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from squad_memory.storage import orm as storage_orm
 from tests.conftest import msg, texts
@@ -233,17 +233,16 @@ def test_driver_errors_are_djangos_and_locks_mean_the_thread_path() -> None:
     from django.db import utils
 
     assert isinstance(
-        drivers.as_django(sqlite3.OperationalError("database is locked")), drivers.Unavailable
+        errors.as_django(sqlite3.OperationalError("database is locked")), errors.Unavailable
     )
     assert (
-        type(drivers.as_django(sqlite3.IntegrityError("UNIQUE constraint failed")))
+        type(errors.as_django(sqlite3.IntegrityError("UNIQUE constraint failed")))
         is utils.IntegrityError
     )
     assert (
-        type(drivers.as_django(sqlite3.OperationalError("disk I/O error")))
-        is utils.OperationalError
+        type(errors.as_django(sqlite3.OperationalError("disk I/O error"))) is utils.OperationalError
     )
-    assert isinstance(drivers.as_django(KeyError("x")), KeyError)
+    assert isinstance(errors.as_django(KeyError("x")), KeyError)
 
 
 def test_a_failed_native_read_says_so_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
@@ -251,7 +250,7 @@ def test_a_failed_native_read_says_so_in_the_log(caplog: pytest.LogCaptureFixtur
     store.save_chat_message_sync("u", "s", "a", msg("user", "first"))
 
     async def busy_driver(alias: str) -> Any:
-        raise drivers.Unavailable("the loop's connection is busy")
+        raise errors.Unavailable("the loop's connection is busy")
 
     with caplog.at_level(logging.DEBUG, logger="squad_memory"):
         real = native.driver

@@ -4,6 +4,7 @@ reference model of the described semantics."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -81,8 +82,12 @@ class Model:
 
 
 class StorageMachine(RuleBasedStateMachine):
+    #: Drive the async ChatStorage methods (the native path) instead of their sync twins.
+    use_async = False
+
     def __init__(self) -> None:
         super().__init__()
+        self.loop = asyncio.new_event_loop() if self.use_async else None
         Message.objects.all().delete()
         Slot.objects.all().delete()
         summarizers.FLAKY["fail"] = False
@@ -97,10 +102,15 @@ class StorageMachine(RuleBasedStateMachine):
         self.counter += 1
         return ConversationMessage(role, [{"text": f"m{self.counter}"}])
 
+    def call(self, method: str, *args: Any) -> Any:
+        if self.loop is None:
+            return getattr(self.store, f"{method}_sync")("u", "s", "a", *args)
+        return self.loop.run_until_complete(getattr(self.store, method)("u", "s", "a", *args))
+
     @rule(role=roles, size=sizes)
     def save_one(self, role: str, size: int | None) -> None:
         message = self.message(role)
-        self.store.save_chat_message_sync("u", "s", "a", message, size)
+        self.call("save_chat_message", message, size)
         self.model.save([message], True, size)
 
     @rule(role=roles, size=sizes)
@@ -111,12 +121,12 @@ class StorageMachine(RuleBasedStateMachine):
     @rule(batch=st.lists(roles, max_size=5), size=sizes)
     def save_batch(self, batch: list[str], size: int | None) -> None:
         messages = [self.message(r) for r in batch]
-        self.store.save_chat_messages_sync("u", "s", "a", messages, size)
+        self.call("save_chat_messages", messages, size)
         self.model.save(messages, False, size)
 
     @rule(size=sizes)
     def fetch(self, size: int | None) -> None:
-        assert pairs(self.store.fetch_chat_sync("u", "s", "a", size)) == pairs(self.model.fetch(size))
+        assert pairs(self.call("fetch_chat", size)) == pairs(self.model.fetch(size))
 
     @rule(fail=st.booleans())
     def summarizer_health(self, fail: bool) -> None:
@@ -142,12 +152,20 @@ class StorageMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         summarizers.FLAKY["fail"] = False
+        if self.loop is not None:  # closes the loop's native connection
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+
+class AsyncStorageMachine(StorageMachine):
+    use_async = True
 
 
 @pytest.mark.django_db
-def test_storage_matches_the_reference_model() -> None:
+@pytest.mark.parametrize("machine", [StorageMachine, AsyncStorageMachine], ids=["sync", "async"])
+def test_storage_matches_the_reference_model(machine: type[StorageMachine]) -> None:
     run_state_machine_as_test(
-        StorageMachine,
+        machine,
         settings=settings(
             max_examples=60,
             stateful_step_count=40,

@@ -44,7 +44,8 @@ from squad_memory.journal import OrmJournal
 from squad_memory.memory import Memory, Saved
 from squad_memory.messages import MessageDict, to_dicts, trim_size
 from squad_memory.models import Message, Slot
-from squad_memory.native.drivers import Driver, Unavailable, driver
+from squad_memory.native.drivers import Driver, driver
+from squad_memory.native.errors import Unavailable
 from squad_memory.rows import accepted_dict, build_rows, cached_row, number
 
 T = TypeVar("T")
@@ -110,7 +111,7 @@ async def save(
             params = saving.one_statement_params(
                 wrapper, full_key, rows, check_role=check_role, keep=keep, now=now
             )
-            found = await found_driver.save(saving.one_statement(alias, len(rows)), params, _none)
+            found = await found_driver.save(saving.one_statement(alias, len(rows)), params, None)
         else:
             params = saving.save_params(
                 wrapper, full_key, rows, check_role=check_role, keep=keep, now=now
@@ -127,8 +128,8 @@ async def save(
         return None
     if loaded:  # SQLite: the rows were numbered for the INSERT
         slot = loaded[0]
-        appended = AppendResult(slot, [accepted_dict(r) for r in rows], rows=rows)
-        appended.locked = False
+        accepted = [accepted_dict(r) for r in rows]
+        appended = AppendResult(slot, accepted, rows=rows, locked=False)
     else:
         slot = sql.load_slot(alias, wrapper, found)
         appended = history.saved_returning(slot, rows)
@@ -137,10 +138,6 @@ async def save(
     if memory.due_after(appended):  # about once per trigger_at turns
         saved.compression = await _thread(memory.compress_after)(slot)
     return saved
-
-
-def _none(row: Any) -> tuple[str, list[Any]]:
-    raise AssertionError("PostgreSQL saves in one statement")
 
 
 def _insert(

@@ -23,7 +23,9 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from django.db import DatabaseError, connections, utils
+from django.db import DatabaseError, connections
+
+from squad_memory.native.errors import Unavailable, reraise
 
 logger = logging.getLogger("squad_memory")
 
@@ -32,10 +34,6 @@ InsertFor = Callable[[Any], "tuple[str, list[Any]]"]
 
 #: Vendors the native path speaks to.
 VENDORS = ("postgresql", "sqlite")
-
-
-class Unavailable(Exception):
-    """The native path cannot run this call; nothing reached the database."""
 
 
 class Driver:
@@ -52,9 +50,10 @@ class Driver:
     async def fetchall(self, sql: str, params: Sequence[Any]) -> list[Any]:
         raise NotImplementedError
 
-    async def save(self, update: str, params: Sequence[Any], insert: InsertFor) -> Any:
+    async def save(self, update: str, params: Sequence[Any], insert: InsertFor | None) -> Any:
         """Run ``update`` (RETURNING the slot row) and, if it returned a row, the INSERT
-        ``insert(row)`` gives, in one transaction; the slot row, or None."""
+        ``insert(row)`` gives, in one transaction; the slot row, or None. Without
+        ``insert``, ``update`` is the whole save (PostgreSQL's one statement)."""
         raise NotImplementedError
 
     @property
@@ -110,9 +109,9 @@ class Postgres(Driver):
                 cursor = await self.conn.execute(sql, params)
                 return list(await cursor.fetchall())
             except Exception as exc:
-                raise as_django(exc) from exc
+                reraise(exc)
 
-    async def save(self, update: str, params: Sequence[Any], insert: InsertFor) -> Any:
+    async def save(self, update: str, params: Sequence[Any], insert: InsertFor | None) -> Any:
         # One statement (saving.one_statement): the caller passes the CTE as ``update``.
         found = await self.fetchall(update, params)
         return found[0] if found else None
@@ -160,56 +159,29 @@ class SQLite(Driver):
         try:
             return self.conn.execute(self._sql(sql), params).fetchall()  # type: ignore[no-any-return]
         except Exception as exc:
-            raise as_django(exc) from exc
+            reraise(exc)
 
-    async def save(self, update: str, params: Sequence[Any], insert: InsertFor) -> Any:
+    async def save(self, update: str, params: Sequence[Any], insert: InsertFor | None) -> Any:
         conn = self.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
         except Exception as exc:
-            raise as_django(exc) from exc
+            reraise(exc)
         try:
             found = conn.execute(self._sql(update), params).fetchone()
             if found is not None:
+                assert insert is not None, "SQLite saves in two statements"
                 statement, values = insert(found)
                 conn.execute(self._sql(statement), values)
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.in_transaction:  # an error may have ended it (RAISE(ROLLBACK), a full disk)
                 conn.execute("ROLLBACK")  # nothing of this save is written
-            raise as_django(exc) from exc
+            reraise(exc)
         return found
 
     def discard(self) -> None:
         self.conn.close()
-
-
-def as_django(exc: BaseException) -> BaseException:
-    """A driver's error as the ORM would raise it (``django.db.utils.OperationalError``
-    ...); SQLite's "database is locked" as :class:`Unavailable` (no write happened: the
-    statement that met the lock failed, or its transaction was rolled back)."""
-    if isinstance(exc, (Unavailable, DatabaseError)) or not isinstance(exc, Exception):
-        return exc
-    text = str(exc).lower()
-    if type(exc).__module__ == "sqlite3" and ("locked" in text or "busy" in text):
-        return Unavailable(str(exc))
-    for cls in type(exc).__mro__:
-        if cls.__name__ in _ERRORS:
-            wrapped: BaseException = getattr(utils, cls.__name__)(*exc.args)
-            return wrapped
-    return exc
-
-
-_ERRORS = (
-    "DataError",
-    "OperationalError",
-    "IntegrityError",
-    "InternalError",
-    "ProgrammingError",
-    "NotSupportedError",
-    "DatabaseError",
-    "InterfaceError",
-)
 
 
 # -- one driver per (process, loop, alias) ---------------------------------------------
