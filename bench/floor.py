@@ -1,6 +1,7 @@
 """The floor: the plain database driver doing squad_memory's turn, nothing else.
 
-psycopg on PostgreSQL, sqlite3 on SQLite (WAL, ``synchronous=NORMAL``), on the
+psycopg on PostgreSQL, sqlite3 on SQLite (WAL, ``synchronous=NORMAL``, foreign keys
+enforced as Django's connections enforce them), on the
 database Django is configured with, in a copy of squad_memory's message table
 made from the live schema when the floor starts (PostgreSQL: ``LIKE ... INCLUDING
 ALL``; SQLite: the table's and its indexes' own ``CREATE`` statements), so it has
@@ -116,6 +117,7 @@ class DriverFloor(System):
             self.conn = sqlite3.connect(s["NAME"], isolation_level=None, timeout=30)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute("PRAGMA foreign_keys=ON")  # as Django's connections enforce them
             self.conn.executescript(_SQLITE_SLOT)
             _sqlite_copy(self.conn)
 

@@ -120,9 +120,7 @@ TEMPLATES = [
 WSGI_APPLICATION = "project.wsgi.application"
 
 DATABASES = {
-    "default": dj_database_url.config(
-        default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}", conn_max_age=0
-    )
+    "default": dj_database_url.config(default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}", conn_max_age=0)
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Writers wait for the lock instead of failing at once.
@@ -131,6 +129,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL: readers never block the writer; NORMAL sync is durable across process crashes.
     DATABASES["default"]["OPTIONS"]["init_command"] = (
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+    )
+if (
+    DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    and os.environ.get("DATABASE_PREPARED") == "1"
+):
+    # Server-side binding and psycopg's prepared statements (not through a transaction-mode
+    # pooler such as PgBouncer before 1.21): Django's options, honoured by squad_memory's
+    # own async connection too.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True, prepare_threshold=5
     )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A second alias on the same database, as a read replica would be: the alias the

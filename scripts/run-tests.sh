@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the test passes: SQLite (Django 5.2), PostgreSQL (Django 5.2), and Django 6.1 on
+# Runs the test passes: SQLite (Django 5.2), PostgreSQL (Django 5.2; and the storage paths
+# again with server-side binding and prepared statements), and Django 6.1 on
 # Python 3.12 (SQLite and PostgreSQL), lint and types. With no argument, all of them.
 # Where PostgreSQL or Python 3.12 is missing, that pass is skipped with a reason,
 # except under CI=true, where every pass must run.
@@ -55,6 +56,18 @@ if want postgres; then
     run "PostgreSQL, Django 5.2" "$VENV" DATABASE_URL="$PG_URL" "$VENV/bin/pytest" -q -p no:cacheprovider
   else
     missing "PostgreSQL is not reachable at ${PG_URL%/*}: the PostgreSQL pass did not run (set TEST_POSTGRES_URL)"
+  fi
+fi
+
+if want postgres-prepared; then  # Django's server_side_binding + psycopg's prepared statements
+  if pg_up "$VENV"; then
+    run "PostgreSQL with server-side binding and prepared statements, the storage paths" "$VENV" \
+      DATABASE_URL="${PG_URL}_prepared" DATABASE_PREPARED=1 "$VENV/bin/pytest" -q -p no:cacheprovider \
+      tests/test_native.py tests/test_native_faults.py tests/test_storage.py tests/test_summarizing.py \
+      tests/test_stateful.py tests/test_concurrency.py tests/test_pgbouncer.py tests/test_compression.py \
+      tests/test_api_views.py tests/test_tokens.py
+  else
+    missing "PostgreSQL is not reachable at ${PG_URL%/*}: the prepared-statements pass did not run"
   fi
 fi
 
