@@ -17,18 +17,11 @@ LOGGING = {
     "loggers": {"squad_memory": {"handlers": ["console"], "level": "WARNING"}},
 }
 
+_DEFAULT = DATABASES["default"]  # noqa: F405
 if os.environ.get("BENCH_PGBOUNCER") == "1":  # through PgBouncer in transaction pooling mode
-    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True  # noqa: F405
-elif (
-    os.environ.get("BENCH_PREPARED", "1") == "1"
-    and "postgresql"
-    in DATABASES["default"][  # noqa: F405
-        "ENGINE"
-    ]
-):
+    _DEFAULT["DISABLE_SERVER_SIDE_CURSORS"] = True
+elif os.environ.get("BENCH_PREPARED", "1") == "1" and "postgresql" in _DEFAULT["ENGINE"]:
     # Server-side binding and psycopg's prepared statements (its default threshold), as the
     # floor's plain psycopg connection has them; Django leaves both off by default for
     # the sake of transaction-mode poolers (the PgBouncer rounds run without them).
-    DATABASES["default"].setdefault("OPTIONS", {}).update(  # noqa: F405
-        server_side_binding=True, prepare_threshold=5
-    )
+    _DEFAULT.setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)
