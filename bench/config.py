@@ -10,7 +10,7 @@ KEEP_LAST = 2
 
 FULL: dict[str, Any] = {
     "sizes": [100, 1_000, 10_000],  # W1, W2: stored history N
-    "turns": 50,  # W1: timed turns per N (after one warm-up turn)
+    "turns": 200,  # W1: timed turns per N (after one warm-up turn)
     "cap_s": 45.0,  # W1, W2: time cap per system and N (LangChain at N = 10,000)
     "fetches": 50,  # W2: fetch_chat calls per N
     "latency_turns": 200,  # W3

@@ -201,13 +201,9 @@ def _copy(value: Any) -> Any:
 def to_messages(rows: Iterable[MessageDict]) -> list[ConversationMessage]:
     """Fresh ``ConversationMessage`` objects (see :func:`to_message`), their JSON copied
     in one go: stored content is plain JSON, which ``marshal`` copies in C."""
-    rows = list(rows)
-    parts = [(r.get("content") or [], r.get("citations") or None) for r in rows]
+    parts = [(r["role"], r.get("content") or [], r.get("citations") or None) for r in rows]
     try:
         copies = marshal.loads(marshal.dumps(parts))
     except ValueError:  # a caller's subclass of a JSON type: copy it in Python
-        copies = [(_copy(content), _copy(citations)) for content, citations in parts]
-    return [
-        ConversationMessage(role=r["role"], content=content, citations=citations)
-        for r, (content, citations) in zip(rows, copies, strict=True)
-    ]
+        copies = [(role, _copy(content), _copy(cited)) for role, content, cited in parts]
+    return [ConversationMessage(*part) for part in copies]
