@@ -206,7 +206,11 @@ def method(r: dict[str, Any]) -> list[str]:
         "(concurrency 1) on Redis.",
         "- SQLite files (squad_memory, the floor, libsql, LangChain) live on the same disk; "
         "PostgreSQL runs with its default durability (fsync, synchronous_commit on), so "
-        "commit flushes weigh on every database-backed figure. Other processes were running "
+        "commit flushes weigh on every database-backed figure. Django's PostgreSQL "
+        "connections (the ORM's and squad_memory's own) run with `server_side_binding` and "
+        "`prepare_threshold` 5, psycopg's default, which the floor's plain psycopg "
+        "connection has too; the PgBouncer rounds run with Django's defaults (client-side "
+        "binding, no prepared statements). Other processes were running "
         "on the machine: see the load average above.",
         "",
     ]
