@@ -63,7 +63,8 @@ if want postgres-prepared; then  # Django's server_side_binding + psycopg's prep
   if pg_up "$VENV"; then
     run "PostgreSQL with server-side binding and prepared statements, the storage paths" "$VENV" \
       DATABASE_URL="${PG_URL}_prepared" DATABASE_PREPARED=1 "$VENV/bin/pytest" -q -p no:cacheprovider \
-      tests/test_native.py tests/test_native_faults.py tests/test_storage.py tests/test_summarizing.py \
+      tests/test_native.py tests/test_native_faults.py tests/test_native_edges.py tests/test_storage.py \
+      tests/test_summarizing.py \
       tests/test_stateful.py tests/test_concurrency.py tests/test_pgbouncer.py tests/test_compression.py \
       tests/test_api_views.py tests/test_tokens.py
   else

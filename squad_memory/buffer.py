@@ -18,11 +18,12 @@ from squad_memory.models import Message, Slot
 
 class NotCached(LookupError):
     """Raised under :func:`cached_only` by a read that would have to query the database:
-    the tail after ``after_seq`` (all of it when ``newest`` is None) is not cached."""
+    the tail after ``after_seq`` is not cached (``servable``: caching that tail lets the
+    read succeed; else it needs a query of its own, such as the token limit's)."""
 
-    def __init__(self, slot_id: int, after_seq: int, newest: int | None) -> None:
-        super().__init__(slot_id, after_seq, newest)
-        self.slot_id, self.after_seq, self.newest = slot_id, after_seq, newest
+    def __init__(self, slot_id: int, after_seq: int, *, servable: bool = True) -> None:
+        super().__init__(slot_id, after_seq)
+        self.slot_id, self.after_seq, self.servable = slot_id, after_seq, servable
 
 
 _cached_only: ContextVar[bool] = ContextVar("squad_memory_cached_only", default=False)
@@ -83,7 +84,7 @@ def read(
 def _fitting(slot: Slot, budget: int, max_tail: int | None) -> int:
     """How many of the tail's newest messages fit in ``budget`` tokens (their stored counts)."""
     if _cached_only.get():
-        raise NotCached(slot.pk, slot.covered_seq, max_tail or 0)
+        raise NotCached(slot.pk, slot.covered_seq, servable=False)
     rows = Message.objects.using(history.db_alias()).filter(
         slot_id=slot.pk, seq__gt=slot.covered_seq
     )
@@ -136,7 +137,7 @@ def _tail(slot: Slot, after_seq: int, newest: int | None = None) -> list[dict[st
     if rows is not None:
         return rows[-newest:] if newest is not None else rows
     if _cached_only.get():
-        raise NotCached(slot.pk, after_seq, newest)
+        raise NotCached(slot.pk, after_seq)
     if newest is not None and slot.last_seq - after_seq > newest:
         return history.rows_after(slot.pk, after_seq, newest=newest)
     rows = history.rows_after(slot.pk, after_seq)

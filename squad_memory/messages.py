@@ -203,7 +203,7 @@ def to_messages(rows: Iterable[MessageDict]) -> list[ConversationMessage]:
     in one go: stored content is plain JSON, which ``marshal`` copies in C."""
     parts = [(r["role"], r.get("content") or [], r.get("citations") or None) for r in rows]
     try:
-        copies = marshal.loads(marshal.dumps(parts))
+        copies = marshal.loads(marshal.dumps(parts, 2))  # version 2: no shared references
     except ValueError:  # a caller's subclass of a JSON type: copy it in Python
         copies = [(role, _copy(content), _copy(cited)) for role, content, cited in parts]
     return [ConversationMessage(*part) for part in copies]

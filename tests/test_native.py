@@ -15,7 +15,7 @@ from django.test import override_settings
 
 from squad_memory import native
 from squad_memory.models import Message, Slot
-from squad_memory.native import drivers, errors
+from squad_memory.native import drivers, errors, loops
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from squad_memory.storage import orm as storage_orm
 from tests.conftest import msg, texts
@@ -216,7 +216,7 @@ def test_the_loops_connection_is_closed_when_the_loop_shuts_down() -> None:
 
     async def turn() -> None:
         await store.fetch_chat("u", "s", "a")
-        opened.append(await drivers.driver(connection.alias))
+        opened.append(await loops.driver(connection.alias))
 
     asyncio.run(turn())
     (found,) = opened

@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connection, connections, utils
 
 from squad_memory.models import Message, Slot
-from squad_memory.native import drivers
+from squad_memory.native import loops
 from squad_memory.storage import DjangoChatStorage
 from tests.conftest import msg, texts
 
@@ -55,7 +55,7 @@ def gone_by(pid: int, seconds: float) -> None:
 
 
 async def native_pid() -> int:
-    found = await drivers.driver(connection.alias)
+    found = await loops.driver(connection.alias)
     assert found.vendor == "postgresql"
     return int(found.conn.info.backend_pid)  # type: ignore[attr-defined]
 

@@ -26,9 +26,7 @@ a save on a lost connection committed is unknown, so it is not repeated).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,15 +35,16 @@ from asgiref.sync import AsyncToSync
 from django.db import DatabaseError, router
 from django.utils import timezone
 
-from squad_memory import buffer, history, saving, sql, tails
+from squad_memory import buffer, history, saving, sql, tails, tokens
 from squad_memory.conf import app_settings
 from squad_memory.history import AppendResult, SlotKey
 from squad_memory.journal import OrmJournal
 from squad_memory.memory import Memory, Saved
 from squad_memory.messages import MessageDict, to_dicts, trim_size
 from squad_memory.models import Message, Slot
-from squad_memory.native.drivers import Driver, driver
+from squad_memory.native.drivers import Driver
 from squad_memory.native.errors import Unavailable
+from squad_memory.native.loops import driver
 from squad_memory.rows import accepted_dict, build_rows, cached_row, number
 
 T = TypeVar("T")
@@ -59,25 +58,10 @@ def usable(memory: Memory) -> str | None:
     """The alias the native path would use for ``memory``, or None (the thread path)."""
     if not app_settings.native_async or type(memory.journal) is not OrmJournal:
         return None
-    if _under_async_to_sync():
+    if getattr(AsyncToSync.executors, "current", None) is not None:
         return None  # called from sync code through async_to_sync: stay on its thread
     alias: str = router.db_for_write(Slot)
     return alias
-
-
-#: Tasks known to run outside ``async_to_sync``: a task's context is fixed when it is
-#: created (asgiref starts a new task for each ``async_to_sync`` call), so is the answer.
-_free_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
-
-
-def _under_async_to_sync() -> bool:
-    task = asyncio.current_task()
-    if task is not None and task in _free_tasks:
-        return False
-    nested = getattr(AsyncToSync.executors, "current", None) is not None
-    if not nested and task is not None:
-        _free_tasks.add(task)
-    return nested
 
 
 async def _driver(memory: Memory) -> Driver | None:
@@ -97,6 +81,8 @@ async def save(
     """:meth:`Memory.save` on the loop; None: take the thread path (nothing was written)."""
     dicts = to_dicts(messages)
     if not dicts or len(dicts) > saving.ONE_STATEMENT_MAX:
+        return None
+    if tokens.counter() is not tokens.estimate:  # it may do I/O or use the ORM: not here
         return None
     found_driver = await _driver(memory)
     if found_driver is None:
@@ -136,7 +122,15 @@ async def save(
     tails.put(alias, slot.pk, [cached_row(row) for row in rows])
     saved = LoopSaved(appended, driver=found_driver)
     if memory.due_after(appended):  # about once per trigger_at turns
-        saved.compression = await _thread(memory.compress_after)(slot)
+        try:
+            saved.compression = await _thread(memory.compress_after)(slot)
+        except DatabaseError as exc:  # the save is stored: report, never fail it now
+            logger.warning(
+                "squad_memory: slot %s: the save is stored, its compression could not be "
+                "claimed (%s); the next save or the sweep starts it",
+                slot.pk,
+                exc,
+            )
     return saved
 
 
@@ -226,6 +220,7 @@ async def read(found_driver: Driver, slot: Slot, compute: Callable[[], T]) -> T 
         except buffer.NotCached as miss:
             if (
                 attempt
+                or not miss.servable
                 or miss.slot_id != slot.pk
                 or slot.last_seq - miss.after_seq > tails.MAX_ROWS
             ):
@@ -235,7 +230,7 @@ async def read(found_driver: Driver, slot: Slot, compute: Callable[[], T]) -> T 
             except Unavailable as exc:
                 _thread_path(exc)
                 return None
-    return None
+    return None  # not reached: the second miss returns above
 
 
 async def _load_tail(found_driver: Driver, slot: Slot, after_seq: int) -> None:
@@ -249,7 +244,6 @@ async def _load_tail(found_driver: Driver, slot: Slot, after_seq: int) -> None:
 
 def _thread_path(exc: Unavailable) -> None:
     logger.debug("squad_memory: %s: taking the thread path", exc)
-    return None
 
 
 def _thread(function: Callable[..., T]) -> Callable[..., Any]:

@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
-import threading
-import weakref
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -29,11 +27,11 @@ from squad_memory.native.errors import Unavailable, reraise
 
 logger = logging.getLogger("squad_memory")
 
+#: A PostgreSQL connection idle longer than this is checked before its next statement.
+IDLE_CHECK_SECONDS = 30.0
+
 #: Given the slot row an UPDATE returned, the INSERT of the save's rows and its parameters.
 InsertFor = Callable[[Any], "tuple[str, list[Any]]"]
-
-#: Vendors the native path speaks to.
-VENDORS = ("postgresql", "sqlite")
 
 
 class Driver:
@@ -71,6 +69,7 @@ class Postgres(Driver):
         super().__init__(alias)
         self.conn = conn
         self.busy = asyncio.Lock()
+        self.used = time.monotonic()
 
     @classmethod
     async def open(cls, alias: str) -> Postgres:
@@ -78,23 +77,28 @@ class Postgres(Driver):
             import psycopg
         except ImportError as exc:  # psycopg2: the thread path only
             raise Unavailable("the native path needs psycopg 3") from exc
+        from psycopg import sql
+
         wrapper = connections[alias]
-        params = dict(wrapper.get_connection_params())
-        if params.pop("pool", None):
+        options = wrapper.settings_dict["OPTIONS"]
+        if options.get("pool"):
             raise Unavailable("a psycopg pool is configured: the thread path uses it")
-        binding = wrapper.settings_dict["OPTIONS"].get("server_side_binding") is True
+        params = dict(wrapper.get_connection_params())
+        binding = options.get("server_side_binding") is True
         params["cursor_factory"] = psycopg.AsyncCursor if binding else psycopg.AsyncClientCursor
         try:
             conn = await psycopg.AsyncConnection.connect(autocommit=True, **params)
         except psycopg.Error as exc:
             raise Unavailable(f"cannot connect: {exc}") from exc
-        zone = wrapper.timezone_name
-        role = wrapper.settings_dict["OPTIONS"].get("assume_role")
-        async with conn.cursor() as cursor:
+        zone, role = wrapper.timezone_name, options.get("assume_role")
+        try:  # as Django configures its own connections
             if zone and conn.info.parameter_status("TimeZone") != zone:
-                await cursor.execute(wrapper.ops.set_time_zone_sql(), [zone])
+                await conn.execute(wrapper.ops.set_time_zone_sql(), [zone])
             if role:
-                await cursor.execute(wrapper.ops.compose_sql("SET ROLE %s", [role]))  # type: ignore[attr-defined]
+                await conn.execute(sql.SQL("SET ROLE {}").format(sql.Literal(role)))
+        except psycopg.Error as exc:
+            await conn.close()
+            raise Unavailable(f"cannot set up the connection: {exc}") from exc
         return cls(alias, conn)
 
     @property
@@ -105,11 +109,24 @@ class Postgres(Driver):
         if self.busy.locked():  # another task of this loop is using it: don't queue
             raise Unavailable("the loop's connection is busy")
         async with self.busy:
+            if time.monotonic() - self.used > IDLE_CHECK_SECONDS:
+                await self._check()
             try:
                 cursor = await self.conn.execute(sql, params)
                 return list(await cursor.fetchall())
             except Exception as exc:
                 reraise(exc)
+            finally:
+                self.used = time.monotonic()
+
+    async def _check(self) -> None:
+        """A connection idle for a while may have been dropped (a pooler's or the server's
+        idle timeout, a restart): one round trip tells, before a save is sent on it."""
+        try:
+            await self.conn.execute("SELECT 1")
+        except Exception as exc:
+            await self.conn.close()  # broken from now on: the next call opens another
+            raise Unavailable(f"the idle connection is gone: {exc}") from exc
 
     async def save(self, update: str, params: Sequence[Any], insert: InsertFor | None) -> Any:
         # One statement (saving.one_statement): the caller passes the CTE as ``update``.
@@ -139,6 +156,8 @@ class SQLite(Driver):
             conn.execute("PRAGMA busy_timeout = 0")
             return conn
 
+        if _private_memory(connections[alias].settings_dict["NAME"]):
+            raise Unavailable("an in-memory SQLite database is private to its connection")
         try:  # Django refuses to connect from a running loop: open in a thread, once
             return cls(alias, await asyncio.to_thread(connect))
         except DatabaseError as exc:
@@ -148,7 +167,7 @@ class SQLite(Driver):
 
     @property
     def broken(self) -> bool:
-        return False
+        return bool(self.conn.in_transaction)  # a failed ROLLBACK left one open
 
     @staticmethod
     @functools.cache
@@ -184,84 +203,7 @@ class SQLite(Driver):
         self.conn.close()
 
 
-# -- one driver per (process, loop, alias) ---------------------------------------------
-_drivers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Driver]] = (
-    weakref.WeakKeyDictionary()
-)
-_lock = threading.Lock()
-#: The loop, alias and driver of the last call, swapped whole (threads may race on it).
-_last: tuple[Any, str, Driver | None] = (None, "", None)
-_inherited: list[Any] = []  # a parent's connections after fork: never used, never closed
-
-
-def _forget_after_fork() -> None:
-    global _last
-    _inherited.append(dict(_drivers))
-    _drivers.clear()
-    _last = (None, "", None)
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
-
-
-async def driver(alias: str) -> Driver:
-    """This loop's driver for ``alias``, opened on first use (again if it broke)."""
-    loop = asyncio.get_running_loop()
-    global _last
-    last_loop, last_alias, last = _last
-    if last_loop is loop and last_alias == alias and last is not None and not last.broken:
-        return last  # the common case: the same loop and alias as the last call
-    mine = _drivers.get(loop)
-    found = mine.get(alias) if mine is not None else None
-    if found is not None and not found.broken:
-        _last = (loop, alias, found)
-        return found
-    with _lock:
-        mine = _drivers.setdefault(loop, {})
-        _close_dead_loops()
-    if found is not None:
-        found.discard()
-    vendor = connections[alias].vendor
-    if vendor == "postgresql":
-        opened: Driver = await Postgres.open(alias)
-    elif vendor == "sqlite":
-        opened = await SQLite.open(alias)
-    else:
-        raise Unavailable(f"no native driver for {vendor}")
-    opened.keeper = _closed_with_loop(opened)
-    await opened.keeper.__anext__()
-    mine[alias] = opened
-    _last = (loop, alias, opened)
-    return opened
-
-
-async def _closed_with_loop(opened: Driver) -> AsyncIterator[None]:
-    """Closes ``opened`` when its loop shuts down: ``asyncio.run`` (and asgiref, uvicorn...)
-    finalize a loop's live async generators before closing it (PEP 525)."""
-    try:
-        yield
-    finally:
-        opened.discard()
-
-
-def _close_dead_loops() -> None:
-    for loop in [loop for loop in _drivers if loop.is_closed()]:
-        for found in _drivers.pop(loop).values():
-            try:
-                found.discard()
-            except Exception:  # a connection already gone
-                logger.debug("closing a native connection failed", exc_info=True)
-
-
-def close_all() -> None:
-    """Close every native connection of this process (tests, settings changes)."""
-    global _last
-    with _lock:
-        for mine in list(_drivers.values()):
-            for found in mine.values():
-                try:
-                    found.discard()
-                except Exception:
-                    logger.debug("closing a native connection failed", exc_info=True)
-        _drivers.clear()
-        _last = (None, "", None)
+def _private_memory(name: Any) -> bool:
+    """An in-memory SQLite database no second connection can see (not shared cache)."""
+    text = str(name)
+    return text == ":memory:" or ("mode=memory" in text and "cache=shared" not in text)
