@@ -198,12 +198,14 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def to_messages(rows: Iterable[MessageDict]) -> list[ConversationMessage]:
+def to_messages(rows: Iterable[MessageDict], *, stored: bool = False) -> list[ConversationMessage]:
     """Fresh ``ConversationMessage`` objects (see :func:`to_message`), their JSON copied
-    in one go: stored content is plain JSON, which ``marshal`` copies in C."""
+    in one go: content is plain JSON, which ``marshal`` copies in C. ``stored``: the rows
+    were read from the database or the tail cache, so no two of them share an object,
+    and marshal may use its faster format (which keeps shared objects shared)."""
     parts = [(r["role"], r.get("content") or [], r.get("citations") or None) for r in rows]
     try:
-        copies = marshal.loads(marshal.dumps(parts, 2))  # version 2: no shared references
+        copies = marshal.loads(marshal.dumps(parts, 4 if stored else 2))
     except ValueError:  # a caller's subclass of a JSON type: copy it in Python
         copies = [(role, _copy(content), _copy(cited)) for role, content, cited in parts]
     return [ConversationMessage(*part) for part in copies]

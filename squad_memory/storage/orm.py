@@ -7,6 +7,7 @@ the same everywhere.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from agent_squad.storage import ChatStorage
@@ -24,8 +25,18 @@ from squad_memory.models import DJANGO_NAMESPACE
 
 def slot_key(user_id: str, session_id: str, agent_id: str) -> SlotKey:
     """A validated slot key (:class:`InvalidSlotKey` names what is wrong)."""
-    validate_key(user_id, session_id, agent_id, app_settings.max_id_length)
+    limit = app_settings.max_id_length
+    if type(user_id) is str and type(session_id) is str and type(agent_id) is str:
+        _checked(user_id, session_id, agent_id, limit, app_settings.allow_invisible_ids)
+    else:
+        validate_key(user_id, session_id, agent_id, limit)
     return (user_id, session_id, agent_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked(user_id: str, session_id: str, agent_id: str, limit: int, invisible: bool) -> None:
+    """Keys seen valid with these settings (a turn validates the same key three times)."""
+    validate_key(user_id, session_id, agent_id, limit)
 
 
 def check_session(user_id: str, session_id: str) -> None:
@@ -87,7 +98,7 @@ class AsyncContract(ChatStorage):  # type: ignore[misc]
     ) -> list[ConversationMessage]:
         found = await native.fetch(self.memory, slot_key(user_id, session_id, agent_id))
         if found is not None:
-            return trim(to_messages(found), max_history_size)
+            return trim(to_messages(found, stored=True), max_history_size)
         return await sync_to_async(self.fetch_chat_sync)(
             user_id, session_id, agent_id, max_history_size
         )
@@ -160,7 +171,7 @@ class DjangoChatStorage(AsyncContract):
         return self.fetch_chat_sync(user_id, session_id, agent_id)
 
     def answer_of(self, saved: Saved) -> list[ConversationMessage]:
-        return to_messages(self.memory.visible(saved.slot))
+        return to_messages(self.memory.visible(saved.slot), stored=True)
 
     def fetch_all_chats_sync(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         """Every agent's messages of a session by time; assistant text gets ``[agent_id]``."""

@@ -192,4 +192,4 @@ class SummarizingChatStorage(AsyncContract):
             return to_messages(result.output)
         if saved.inner is not None and not saved.slot.active:
             return as_list(saved.inner) if isinstance(saved.inner, list) else []
-        return to_messages(self.memory.current(saved.slot))
+        return to_messages(self.memory.current(saved.slot), stored=True)
