@@ -127,15 +127,21 @@ def _slot_loader(alias: str) -> tuple[list[str], list[Converter]]:
     return names, converters
 
 
+@functools.lru_cache(maxsize=256)
+def insert_statement(alias: str, count: int) -> str:
+    """The INSERT of ``count`` message rows (values from :func:`message_params`)."""
+    sql = statements(alias)
+    return sql.insert_head + ", ".join([sql.insert_row] * count)
+
+
 def insert_messages(rows: Sequence[Message]) -> None:
     """INSERT the given (unsaved) messages, in chunks; no ids are read back."""
     connection = _connection()
-    sql = statements(connection.alias)
     with connection.cursor() as cursor:
         for start in range(0, len(rows), INSERT_CHUNK):
             chunk = rows[start : start + INSERT_CHUNK]
             params = message_params(connection, chunk)
-            cursor.execute(sql.insert_head + ", ".join([sql.insert_row] * len(chunk)), params)
+            cursor.execute(insert_statement(connection.alias, len(chunk)), params)
 
 
 def update_slot(slot: Slot, names: Sequence[str]) -> None:

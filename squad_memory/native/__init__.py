@@ -142,8 +142,7 @@ def _insert(
     slot = sql.load_slot(found_driver.alias, found_driver.wrapper, row)
     loaded.append(slot)
     number(slot, rows, slot.last_seq - len(rows))
-    statements = sql.statements(found_driver.alias)
-    insert = statements.insert_head + ", ".join([statements.insert_row] * len(rows))
+    insert = sql.insert_statement(found_driver.alias, len(rows))
     return insert, sql.message_params(found_driver.wrapper, rows)
 
 
