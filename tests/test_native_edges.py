@@ -120,3 +120,40 @@ def test_a_private_in_memory_sqlite_database_is_left_to_the_thread_path(
     name: str, private: bool
 ) -> None:
     assert drivers._private_memory(name) is private
+
+
+def test_the_async_to_sync_check_sees_every_way_in() -> None:
+    """The check's shortcut (asgiref's context variable empty) answers as asgiref does:
+    a plain task, a Django ASGI request's context, ``async_to_sync`` from a sync thread
+    and from a ``sync_to_async`` thread under a running loop."""
+    from asgiref.sync import AsyncToSync, ThreadSensitiveContext, async_to_sync
+
+    from squad_memory import native
+
+    def asgiref_says() -> bool:
+        return getattr(AsyncToSync.executors, "current", None) is not None
+
+    seen: list[tuple[str, bool, bool]] = []
+
+    async def look(where: str) -> None:
+        seen.append((where, native._in_async_to_sync(), asgiref_says()))
+
+    def from_a_sync_to_async_thread() -> None:
+        async_to_sync(look)("async_to_sync under a running loop")
+
+    async def main() -> None:
+        await look("a plain task")
+        async with ThreadSensitiveContext():  # what Django's ASGIHandler runs a request in
+            await look("an ASGI request")
+        await sync_to_async(from_a_sync_to_async_thread)()
+
+    asyncio.run(main())
+    async_to_sync(look)("async_to_sync from a sync thread")
+    assert native._EXECUTORS_VAR is not None  # the shortcut is in use with this asgiref
+    assert [(where, mine) for where, mine, _ in seen] == [
+        ("a plain task", False),
+        ("an ASGI request", False),
+        ("async_to_sync under a running loop", True),
+        ("async_to_sync from a sync thread", True),
+    ]
+    assert all(mine == theirs for _, mine, theirs in seen)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -58,10 +59,30 @@ def usable(memory: Memory) -> str | None:
     """The alias the native path would use for ``memory``, or None (the thread path)."""
     if not app_settings.native_async or type(memory.journal) is not OrmJournal:
         return None
-    if getattr(AsyncToSync.executors, "current", None) is not None:
+    if _in_async_to_sync():
         return None  # called from sync code through async_to_sync: stay on its thread
     alias: str = router.db_for_write(Slot)
     return alias
+
+
+#: The context variable behind asgiref's ``AsyncToSync.executors`` (a ``Local``), if it
+#: has one: nothing set in it means nothing is set in the ``Local``.
+_EXECUTORS_VAR: ContextVar[Any] | None = getattr(
+    getattr(AsyncToSync.executors, "_storage", None), "_data", None
+)
+if not isinstance(_EXECUTORS_VAR, ContextVar):
+    _EXECUTORS_VAR = None
+
+
+def _in_async_to_sync() -> bool:
+    """Whether this call runs inside ``async_to_sync`` (asgiref's executor is set).
+
+    asgiref's ``Local`` answers a missing attribute by raising inside, several µs per
+    call; when its context variable holds nothing, no attribute is set and the answer
+    is known without asking."""
+    if _EXECUTORS_VAR is not None and _EXECUTORS_VAR.get(None) is None:
+        return False
+    return getattr(AsyncToSync.executors, "current", None) is not None
 
 
 async def _driver(memory: Memory) -> Driver | None:
