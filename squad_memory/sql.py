@@ -9,7 +9,9 @@ read exactly as the ORM would on every backend.
 
 from __future__ import annotations
 
+import datetime
 import functools
+import marshal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -109,13 +111,16 @@ def select_slot(
     return None if row is None else load_slot(alias, connection, row)
 
 
-Converter = tuple[int, Any, list[Any]]
+Converter = tuple[int, Any, list[Any], bool]
+
+#: Field types whose conversion (a datetime parsed, JSON decoded) is worth remembering.
+_REMEMBERED = {"DateTimeField", "JSONField"}
 
 
 @functools.cache
 def _slot_loader(alias: str) -> tuple[list[str], list[Converter]]:
     """The slot's attribute names and, for the columns that have any, the converters
-    the ORM would apply (column index, column, functions)."""
+    the ORM would apply (column index, column, functions, whether worth remembering)."""
     connection = connections[alias]
     names, converters = [], []
     for index, model_field in enumerate(Slot._meta.concrete_fields):
@@ -123,8 +128,44 @@ def _slot_loader(alias: str) -> tuple[list[str], list[Converter]]:
         found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
         names.append(model_field.attname)
         if found:
-            converters.append((index, column, found))
+            remember = model_field.get_internal_type() in _REMEMBERED
+            converters.append((index, column, found, remember))
     return names, converters
+
+
+#: Per (alias, column index): the last raw text converted and what it became (JSON as
+#: marshal bytes: each slot gets its own copy). A slot read again, as every save and
+#: fetch does, mostly holds the same created_at and summary as the last one.
+_converted: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+
+def clear_converted() -> None:
+    """Forget remembered conversions (settings that change them did)."""
+    _converted.clear()
+
+
+def _convert(alias: str, connection: BaseDatabaseWrapper, converter: Converter, raw: Any) -> Any:
+    index, column, functions, remember = converter
+    remember = remember and type(raw) is str  # exact: equal text, equal value
+    if remember:
+        last = _converted.get((alias, index))
+        if last is not None and last[0] == raw:
+            value = last[1]
+            return marshal.loads(value) if type(value) is bytes else value
+    value = raw
+    for function in functions:
+        value = function(value, column, connection)
+    if remember:
+        kept = value
+        if isinstance(value, (list, dict)):
+            try:
+                kept = marshal.dumps(value, 2)  # loads gives a copy; no shared references
+            except ValueError:  # not plain JSON types (a custom decoder): not remembered
+                return value
+        elif not isinstance(value, (datetime.datetime, str, int, float, bool)):
+            return value
+        _converted[(alias, index)] = (raw, kept)
+    return value
 
 
 @functools.lru_cache(maxsize=256)
@@ -220,9 +261,9 @@ def load_slot(alias: str, connection: BaseDatabaseWrapper, row: Sequence[Any]) -
     """A ``Slot`` from its row as the driver returned it (the ORM's converters applied)."""
     names, converters = _slot_loader(alias)
     values = list(row)
-    for index, column, functions in converters:
-        for function in functions:
-            values[index] = function(values[index], column, connection)
+    for converter in converters:
+        index = converter[0]
+        values[index] = _convert(alias, connection, converter, values[index])
     slot: Slot = instance(Slot, dict(zip(names, values, strict=True)), db=alias)
     return slot
 

@@ -1,0 +1,70 @@
+"""A slot row made a ``Slot`` (:func:`squad_memory.sql.load_slot`): the same values as the
+ORM gives, with the last conversion of each datetime and JSON column remembered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from squad_memory import sql
+from squad_memory.models import Slot
+
+pytestmark = pytest.mark.django_db
+
+SUMMARY = [{"role": "user", "content": [{"text": "summary"}], "citations": None}]
+
+
+def slot_row(**text: str) -> list[Any]:
+    """A stored slot's row as the driver returns it, with some columns as the given text
+    (the native SQLite driver reads datetimes as text; JSON is text on every backend)."""
+    slot = Slot.objects.create(user_id="u", session_id="s", agent_id="a", summary=SUMMARY)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.statements(connection.alias).select_slot, [slot.namespace, "u", "s", "a"]
+        )
+        row = list(cursor.fetchone())
+    names = [f.attname for f in Slot._meta.concrete_fields]
+    for name, value in text.items():
+        row[names.index(name)] = value
+    return row
+
+
+def load(row: list[Any]) -> Slot:
+    return sql.load_slot(connection.alias, connection, row)
+
+
+def values(slot: Slot) -> dict[str, Any]:
+    return {f.attname: getattr(slot, f.attname) for f in Slot._meta.concrete_fields}
+
+
+def test_a_row_loaded_again_gives_equal_values_and_its_own_summary() -> None:
+    row = slot_row()
+    first, second = load(row), load(row)
+    assert values(first) == values(second) == values(Slot.objects.get())
+    assert first.summary == SUMMARY and first.summary is not second.summary
+    first.summary[0]["content"][0]["text"] = "changed by a caller"
+    first.summary.append({"role": "assistant", "content": []})
+    assert load(row).summary == SUMMARY  # what one caller did to its slot stays its own
+
+
+def test_changed_text_is_converted_again() -> None:
+    row = slot_row()
+    assert load(row).summary == SUMMARY
+    other = [{"role": "user", "content": [{"text": "another summary"}], "citations": None}]
+    row[[f.attname for f in Slot._meta.concrete_fields].index("summary")] = (
+        '[{"role": "user", "content": [{"text": "another summary"}], "citations": null}]'
+    )
+    assert load(row).summary == other
+    assert load(row).summary == other
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="datetimes are text on SQLite only")
+def test_a_time_zone_setting_change_forgets_remembered_conversions() -> None:
+    row = slot_row(created_at="2026-01-02 03:04:05.000006")
+    assert load(row).created_at.tzinfo is not None  # remembered, aware
+    with override_settings(USE_TZ=False):
+        assert load(row).created_at.tzinfo is None  # as the converter makes it now
+    assert load(row).created_at.tzinfo is not None
