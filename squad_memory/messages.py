@@ -89,12 +89,16 @@ def to_dict(message: Any, *, error: type[ValueError] = InvalidMessage) -> Messag
     return {"role": role, "content": content, "citations": citations or None}
 
 
+#: ``json.dumps(value, allow_nan=False)`` without building an encoder per call.
+_STRICT_JSON = json.JSONEncoder(allow_nan=False)
+
+
 def _check_storable(value: Any, name: str, error: type[ValueError]) -> None:
     """Content is stored as JSON: plain JSON types, finite numbers, no NUL characters."""
     if value is None:
         return
     try:
-        json.dumps(value, allow_nan=False)
+        _STRICT_JSON.encode(value)
     except (TypeError, ValueError) as exc:
         raise error(
             f"{name} must hold only JSON values (str, int, finite float, bool, None, list, "

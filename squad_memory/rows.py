@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from squad_memory import sql, tokens
@@ -53,7 +54,17 @@ def accepted_dict(row: Message) -> MessageDict:
     return {"role": row.role, "content": row.content, "citations": row.citations}
 
 
-def cached_row(message: Message) -> dict[str, Any]:
-    # What reading the row back gives: the content as its JSON says (a copy, not the caller's).
-    content, citations = json.loads(json.dumps([message.content, message.citations]))
+_CONTENT, _CITATIONS = sql.MESSAGE_COLUMNS.index("content"), sql.MESSAGE_COLUMNS.index("citations")
+
+
+def cached_row(message: Message, stored: Sequence[Any] | None = None) -> dict[str, Any]:
+    """What reading the row back gives: the content as its JSON says (a copy, not the
+    caller's). ``stored``: the row's INSERT values (:func:`~squad_memory.sql.message_params`);
+    where the backend stores JSON as this text, the text is decoded, not made again."""
+    text, cited = (None, None) if stored is None else (stored[_CONTENT], stored[_CITATIONS])
+    if type(text) is str and (cited is None or type(cited) is str):
+        content = json.loads(text)
+        citations = None if cited is None else json.loads(cited)
+    else:
+        content, citations = json.loads(json.dumps([message.content, message.citations]))
     return {"seq": message.seq, "role": message.role, "content": content, "citations": citations}

@@ -15,7 +15,14 @@ from django.db import connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from squad_memory.models import Message, Slot
-from squad_memory.sql import MESSAGE_COLUMNS, field, insert_messages, load_slot, statements
+from squad_memory.sql import (
+    MESSAGE_COLUMNS,
+    field,
+    insert_messages,
+    json_param,
+    load_slot,
+    statements,
+)
 
 #: Messages per one-statement save; a longer batch takes the general path.
 ONE_STATEMENT_MAX = 50
@@ -88,7 +95,8 @@ def save_params(
 ) -> list[Any]:
     """The parameters of :func:`save_update` for a save of ``rows``."""
     count, last_role = len(rows), rows[-1].role
-    updated = field(Slot, "updated_at").get_db_prep_save(now, connection)
+    # ``now`` is timezone.now(): prepared as it is (get_prep_value returns it unchanged).
+    updated = field(Slot, "updated_at").get_db_prep_value(now, connection, prepared=True)
     added = sum(row.tokens for row in rows)  # the running total (tokens.py)
     return [count, last_role, keep, count, keep, updated, added, *key, check_role, rows[0].role]
 
@@ -105,11 +113,10 @@ def one_statement_params(
     """The parameters of :func:`one_statement` for a save of ``rows``."""
     params = save_params(connection, key, rows, check_role=check_role, keep=keep, now=now)
     params.append(len(rows))
-    fields = [field(Message, name) for name in ("content", "citations")]
+    content_field, citations_field = field(Message, "content"), field(Message, "citations")
     for i, row in enumerate(rows, start=1):
-        content, citations = (
-            f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields
-        )
+        content = json_param(content_field, row.content, connection)
+        citations = json_param(citations_field, row.citations, connection)
         params += [i, row.role, content, citations, row.timestamp, row.text, row.tokens]
     return params
 

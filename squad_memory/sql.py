@@ -239,22 +239,37 @@ _PLAIN_FIELDS = {"BigIntegerField", "CharField", "ForeignKey", "IntegerField", "
 
 
 @functools.cache
-def _message_fields() -> list[tuple[str, Field[Any, Any], bool]]:
+def _message_fields() -> list[tuple[str, Field[Any, Any], str]]:
     found = [field(Message, name) for name in MESSAGE_COLUMNS]
-    return [(f.attname, f, f.get_internal_type() in _PLAIN_FIELDS) for f in found]
+    kinds = {"JSONField": "json"} | dict.fromkeys(_PLAIN_FIELDS, "plain")
+    return [(f.attname, f, kinds.get(f.get_internal_type(), "")) for f in found]
 
 
 def message_params(connection: BaseDatabaseWrapper, rows: Sequence[Message]) -> list[Any]:
     """The column values of ``rows`` for :attr:`Statements.insert_row`, row after row, as
-    ``get_db_prep_save`` makes them (skipped where it would return an int or str as is)."""
+    ``get_db_prep_save`` makes them. An int or str of a plain column is taken as it is; a
+    JSON list is already prepared (``get_prep_value`` would return it unchanged), so
+    only the backend's adaptation runs."""
     params = []
     for row in rows:
-        for attname, model_field, plain in _message_fields():
+        for attname, model_field, kind in _message_fields():
             value = getattr(row, attname)
-            if not plain or type(value) not in (int, str):
+            if kind == "plain" and type(value) in (int, str):
+                pass
+            elif kind == "json":
+                value = json_param(model_field, value, connection)
+            else:
                 value = model_field.get_db_prep_save(value, connection)
             params.append(value)
     return params
+
+
+def json_param(model_field: Field[Any, Any], value: Any, connection: BaseDatabaseWrapper) -> Any:
+    """A JSON column's value as ``get_db_prep_save`` makes it; a list (validated content)
+    is already prepared, so only the backend's adaptation runs."""
+    if type(value) is list:
+        return model_field.get_db_prep_value(value, connection, prepared=True)
+    return model_field.get_db_prep_save(value, connection)
 
 
 def load_slot(alias: str, connection: BaseDatabaseWrapper, row: Sequence[Any]) -> Slot:

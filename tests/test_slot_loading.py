@@ -68,3 +68,31 @@ def test_a_time_zone_setting_change_forgets_remembered_conversions() -> None:
     with override_settings(USE_TZ=False):
         assert load(row).created_at.tzinfo is None  # as the converter makes it now
     assert load(row).created_at.tzinfo is not None
+
+
+@pytest.mark.parametrize(
+    "content,citations",
+    [
+        ([{"text": "plain"}], None),
+        ([{"text": "ünïcödé ✓", "n": 1.5, "ok": True, "none": None}], [{"url": "x"}]),
+        ([{"toolUse": {"input": {"1": [1, 2, {"deep": "x"}]}}}], []),
+    ],
+)
+def test_a_saved_row_is_cached_as_its_insert_values_read_back(
+    content: list[Any], citations: Any
+) -> None:
+    """The tail cache's copy of a saved row, from the INSERT's own JSON where the backend
+    stores text, equals the one made by encoding the content again; neither is the
+    caller's object."""
+    from squad_memory.rows import build_rows, cached_row
+
+    slot = Slot.objects.create(user_id="u", session_id="s", agent_id="a")
+    rows = build_rows(slot, 0, [{"role": "user", "content": content, "citations": citations}])
+    stored = sql.message_params(connection, rows)
+    from_insert, encoded = cached_row(rows[0], stored), cached_row(rows[0])
+    assert (
+        from_insert
+        == encoded
+        == {"seq": 1, "role": "user", "content": content, "citations": citations}
+    )
+    assert from_insert["content"] is not content and from_insert["content"][0] is not content[0]

@@ -113,6 +113,7 @@ async def save(
     full_key = (memory.namespace, *key)
     keep, now = trim_size(size), timezone.now()
     loaded: list[Slot] = []
+    inserted: list[Any] = []  # SQLite: the INSERT's values
     try:
         if found_driver.vendor == "postgresql":
             params = saving.one_statement_params(
@@ -126,7 +127,7 @@ async def save(
             found = await found_driver.save(
                 saving.save_update(alias),
                 params,
-                lambda row: _insert(found_driver, row, rows, loaded),
+                lambda row: _insert(found_driver, row, rows, loaded, inserted),
             )
     except Unavailable as exc:
         _thread_path(exc)
@@ -140,7 +141,12 @@ async def save(
     else:
         slot = sql.load_slot(alias, wrapper, found)
         appended = history.saved_returning(slot, rows)
-    tails.put(alias, slot.pk, [cached_row(row) for row in rows])
+    width = len(sql.MESSAGE_COLUMNS)
+    cached = [
+        cached_row(row, inserted[i * width : (i + 1) * width] if inserted else None)
+        for i, row in enumerate(rows)
+    ]
+    tails.put(alias, slot.pk, cached)
     saved = LoopSaved(appended, driver=found_driver)
     if memory.due_after(appended):  # about once per trigger_at turns
         try:
@@ -156,15 +162,16 @@ async def save(
 
 
 def _insert(
-    found_driver: Driver, row: Any, rows: list[Message], loaded: list[Slot]
+    found_driver: Driver, row: Any, rows: list[Message], loaded: list[Slot], inserted: list[Any]
 ) -> tuple[str, list[Any]]:
     """The INSERT of ``rows`` after the slot row the UPDATE returned (SQLite); the slot
-    it loads goes to ``loaded``."""
+    it loads goes to ``loaded``, the INSERT's values to ``inserted``."""
     slot = sql.load_slot(found_driver.alias, found_driver.wrapper, row)
     loaded.append(slot)
     number(slot, rows, slot.last_seq - len(rows))
     insert = sql.insert_statement(found_driver.alias, len(rows))
-    return insert, sql.message_params(found_driver.wrapper, rows)
+    inserted[:] = sql.message_params(found_driver.wrapper, rows)
+    return insert, inserted
 
 
 async def fetch(memory: Memory, key: SlotKey) -> list[MessageDict] | None:
