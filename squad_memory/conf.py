@@ -1,6 +1,7 @@
 """Settings of squad_memory: one ``SQUAD_MEMORY`` dict, read live.
 
-Every value is looked up when used, so ``override_settings`` works, and nothing
+Every value is looked up in the dict when used, and the dict is looked up again
+whenever Django signals a change to it, so ``override_settings`` works; nothing
 is read at import time or in model definitions.
 """
 
@@ -11,6 +12,8 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 SETTING_NAME = "SQUAD_MEMORY"
@@ -102,15 +105,29 @@ _ON_ERROR = ("record", "raise")
 
 
 class Settings:
-    """Typed, live view of ``settings.SQUAD_MEMORY`` over :data:`DEFAULTS`."""
+    """Typed, live view of ``settings.SQUAD_MEMORY`` over :data:`DEFAULTS`.
+
+    The dict is looked up once and kept until Django's ``setting_changed`` signal says
+    it changed (``override_settings``, the test runner's settings fixtures); a value
+    changed inside the dict shows at once."""
+
+    _configured: dict[str, Any] | None = None
 
     def _user(self) -> dict[str, Any]:
+        value = self._configured
+        if value is not None:
+            return value
         value = getattr(django_settings, SETTING_NAME, {})
         if not isinstance(value, dict):
             raise ImproperlyConfigured(
                 f"{SETTING_NAME} must be a dict, not {type(value).__name__}."
             )
+        self._configured = value
         return value
+
+    def forget(self) -> None:
+        """Look ``settings.SQUAD_MEMORY`` up again on the next read."""
+        self._configured = None
 
     def raw(self, name: str) -> Any:
         """The value as configured, unchecked (for the system checks)."""
@@ -245,3 +262,9 @@ def resolve_callable(name: str, value: Any) -> Callable[..., Any]:
 
 
 app_settings = Settings()
+
+
+@receiver(setting_changed)
+def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        app_settings.forget()

@@ -133,10 +133,11 @@ def _slot_loader(alias: str) -> tuple[list[str], list[Converter]]:
     return names, converters
 
 
-#: Per (alias, column index): the last raw text converted and what it became (JSON as
-#: marshal bytes: each slot gets its own copy). A slot read again, as every save and
-#: fetch does, mostly holds the same created_at and summary as the last one.
-_converted: dict[tuple[str, int], tuple[Any, Any]] = {}
+#: Per (alias, column index): the last raw text converted, and what it became as a
+#: value (immutable) or marshal bytes (JSON: each slot gets its own copy). A slot read
+#: again, as every save and fetch does, mostly holds the same created_at and summary.
+_converted: dict[tuple[str, int], tuple[str, Any, bool]] = {}
+_IMMUTABLE = (datetime.datetime, str, int, float, bool)
 
 
 def clear_converted() -> None:
@@ -147,24 +148,18 @@ def clear_converted() -> None:
 def _convert(alias: str, connection: BaseDatabaseWrapper, converter: Converter, raw: Any) -> Any:
     index, column, functions, remember = converter
     remember = remember and type(raw) is str  # exact: equal text, equal value
-    if remember:
-        last = _converted.get((alias, index))
-        if last is not None and last[0] == raw:
-            value = last[1]
-            return marshal.loads(value) if type(value) is bytes else value
+    last = _converted.get((alias, index)) if remember else None
+    if last is not None and last[0] == raw:
+        return marshal.loads(last[1]) if last[2] else last[1]
     value = raw
     for function in functions:
         value = function(value, column, connection)
     if remember:
-        kept = value
-        if isinstance(value, (list, dict)):
-            try:
-                kept = marshal.dumps(value, 2)  # loads gives a copy; no shared references
-            except ValueError:  # not plain JSON types (a custom decoder): not remembered
-                return value
-        elif not isinstance(value, (datetime.datetime, str, int, float, bool)):
-            return value
-        _converted[(alias, index)] = (raw, kept)
+        try:  # a value of other types (a custom JSON decoder's) is not remembered
+            copied = not isinstance(value, _IMMUTABLE)
+            _converted[(alias, index)] = (raw, marshal.dumps(value, 2) if copied else value, copied)
+        except ValueError:
+            pass
     return value
 
 

@@ -6,6 +6,7 @@ from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import override_settings
 
@@ -51,10 +52,21 @@ def test_a_non_dict_setting_is_reported() -> None:
         assert [m.id for m in check_settings()] == ["squad_memory.E001"]
 
 
-def test_settings_are_read_live() -> None:
+def test_settings_are_read_live(settings: Any) -> None:
+    assert app_settings.trigger_at == 20
     with override_settings(SQUAD_MEMORY={"TRIGGER_AT": 9}):
         assert app_settings.trigger_at == 9
+        with (
+            override_settings(SQUAD_MEMORY=["not", "a", "dict"]),
+            pytest.raises(ImproperlyConfigured, match="must be a dict"),
+        ):
+            app_settings.trigger_at  # noqa: B018
+        assert app_settings.trigger_at == 9
     assert app_settings.trigger_at == 20
+    settings.SQUAD_MEMORY = {"TRIGGER_AT": 7}  # pytest-django's fixture: a changed setting
+    assert app_settings.trigger_at == 7
+    settings.SQUAD_MEMORY["TRIGGER_AT"] = 8  # a value changed inside the dict
+    assert app_settings.trigger_at == 8
 
 
 def test_import_callable_names_the_setting() -> None:
