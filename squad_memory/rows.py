@@ -8,7 +8,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from squad_memory import sql, tokens
+from django.db import router
+
+from squad_memory import loading, sql, tokens
 from squad_memory.messages import MessageDict, now_ms
 from squad_memory.models import Message, Slot
 from squad_memory.search import extract_text
@@ -41,13 +43,25 @@ def _message_order() -> tuple[str, ...]:
 
 def _message(**values: Any) -> Message:
     """An unsaved ``Message`` (every concrete field set; ``id`` None)."""
-    return sql.instance(Message, {name: values.get(name) for name in _message_order()})
+    return loading.instance(Message, {name: values.get(name) for name in _message_order()})
 
 
 def number(slot: Slot, rows: list[Message], after_seq: int) -> None:
-    """Give ``rows`` their slot and the sequence numbers after ``after_seq``."""
+    """Give ``rows`` their slot and the sequence numbers after ``after_seq``: what
+    ``row.slot = slot`` does (the id, the cached instance, the database the router
+    names for a row not yet saved), once for all rows."""
+    if not rows:
+        return
+    db = router.db_for_write(Message, instance=slot)
+    for row in rows:
+        if row._state.db is None:
+            row._state.db = db
+    if not router.allow_relation(slot, rows[0]):
+        raise ValueError(f"the database router prevents relating messages to {slot!r}")
+    cache = Message._meta.get_field("slot").set_cached_value
     for i, row in enumerate(rows, start=after_seq + 1):
-        row.slot, row.seq = slot, i
+        row.slot_id, row.seq = slot.pk, i
+        cache(row, slot)
 
 
 def accepted_dict(row: Message) -> MessageDict:

@@ -14,13 +14,13 @@ from typing import Any
 from django.db import connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from squad_memory.loading import load_slot, remember_written
 from squad_memory.models import Message, Slot
 from squad_memory.sql import (
     MESSAGE_COLUMNS,
     field,
     insert_messages,
     json_param,
-    load_slot,
     statements,
 )
 
@@ -97,6 +97,7 @@ def save_params(
     count, last_role = len(rows), rows[-1].role
     # ``now`` is timezone.now(): prepared as it is (get_prep_value returns it unchanged).
     updated = field(Slot, "updated_at").get_db_prep_value(now, connection, prepared=True)
+    remember_written(connection, "updated_at", updated, now)  # the RETURNING row holds it
     added = sum(row.tokens for row in rows)  # the running total (tokens.py)
     return [count, last_role, keep, count, keep, updated, added, *key, check_role, rows[0].role]
 

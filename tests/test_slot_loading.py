@@ -1,4 +1,4 @@
-"""A slot row made a ``Slot`` (:func:`squad_memory.sql.load_slot`): the same values as the
+"""A slot row made a ``Slot`` (:func:`squad_memory.loading.load_slot`): the same values as the
 ORM gives, with the last conversion of each datetime and JSON column remembered."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from squad_memory import sql
+from squad_memory import loading, sql
 from squad_memory.models import Slot
 
 pytestmark = pytest.mark.django_db
@@ -33,7 +33,7 @@ def slot_row(**text: str) -> list[Any]:
 
 
 def load(row: list[Any]) -> Slot:
-    return sql.load_slot(connection.alias, connection, row)
+    return loading.load_slot(connection.alias, connection, row)
 
 
 def values(slot: Slot) -> dict[str, Any]:
@@ -96,3 +96,25 @@ def test_a_saved_row_is_cached_as_its_insert_values_read_back(
         == {"seq": 1, "role": "user", "content": content, "citations": citations}
     )
     assert from_insert["content"] is not content and from_insert["content"][0] is not content[0]
+
+
+def test_a_saves_updated_at_reads_back_as_the_time_it_wrote() -> None:
+    """The save's timestamp, remembered as written, is what converting its text gives."""
+    from django.utils import timezone
+
+    from squad_memory import saving
+    from squad_memory.rows import build_rows
+
+    now = timezone.now()
+    rows = build_rows(None, 0, [{"role": "user", "content": [{"text": "x"}], "citations": None}])
+    params = saving.save_params(
+        connection, ("", "u", "s", "a"), rows, check_role=True, keep=0, now=now
+    )
+    updated = params[5]
+    row = slot_row(updated_at=updated) if type(updated) is str else slot_row()
+    remembered = load(row).updated_at
+    loading.clear_converted()
+    converted = load(row).updated_at
+    assert remembered == converted and remembered.tzinfo == converted.tzinfo
+    if type(updated) is str:  # the text SQLite stores
+        assert remembered == now

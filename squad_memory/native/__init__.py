@@ -36,7 +36,7 @@ from asgiref.sync import AsyncToSync
 from django.db import DatabaseError, router
 from django.utils import timezone
 
-from squad_memory import buffer, history, saving, sql, tails, tokens
+from squad_memory import buffer, history, loading, saving, sql, tails, tokens
 from squad_memory.conf import app_settings
 from squad_memory.history import AppendResult, SlotKey
 from squad_memory.journal import OrmJournal
@@ -139,7 +139,7 @@ async def save(
         accepted = [accepted_dict(r) for r in rows]
         appended = AppendResult(slot, accepted, rows=rows, locked=False)
     else:
-        slot = sql.load_slot(alias, wrapper, found)
+        slot = loading.load_slot(alias, wrapper, found)
         appended = history.saved_returning(slot, rows)
     width = len(sql.MESSAGE_COLUMNS)
     cached = [
@@ -166,7 +166,7 @@ def _insert(
 ) -> tuple[str, list[Any]]:
     """The INSERT of ``rows`` after the slot row the UPDATE returned (SQLite); the slot
     it loads goes to ``loaded``, the INSERT's values to ``inserted``."""
-    slot = sql.load_slot(found_driver.alias, found_driver.wrapper, row)
+    slot = loading.load_slot(found_driver.alias, found_driver.wrapper, row)
     loaded.append(slot)
     number(slot, rows, slot.last_seq - len(rows))
     insert = sql.insert_statement(found_driver.alias, len(rows))
@@ -190,7 +190,7 @@ async def _fetch(memory: Memory, key: SlotKey, found_driver: Driver) -> list[Mes
         return None
     if not found:
         return []  # no slot: no history (the ORM journal has no seed)
-    slot = sql.load_slot(alias, found_driver.wrapper, found[0])
+    slot = loading.load_slot(alias, found_driver.wrapper, found[0])
     if memory.policy is None:  # a plain history: its visible rows, as journal.visible
         return await read(found_driver, slot, lambda: memory.visible(slot))
     if not slot.active and memory.needs_activation(slot):
