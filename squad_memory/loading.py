@@ -13,7 +13,6 @@ import marshal
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from django.conf import settings
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
@@ -57,20 +56,27 @@ def remember_written(connection: BaseDatabaseWrapper, name: str, text: Any, valu
     """A slot's datetime ``value`` just written as ``text``: remembered as what reading
     that text back gives, where that is exactly ``value`` (SQLite's text of an aware UTC
     datetime, the connection in UTC), so the save's own read does not parse it again."""
-    utc = datetime.UTC
-    if type(text) is not str or getattr(value, "tzinfo", None) is not utc:
+    if type(text) is not str or getattr(value, "tzinfo", None) is not datetime.UTC:
         return
-    if not settings.USE_TZ or connection.timezone is not utc:
+    if connection.timezone is not datetime.UTC:  # None without USE_TZ
         return
-    names, converters = _slot_loader(connection.alias)
-    index = names.index(name)
-    if any(c[0] == index and c[3] for c in converters):
+    index = _remembered_index(connection.alias, name)
+    if index is not None:
         _converted[(connection.alias, index)] = (text, value, False)
 
 
+@functools.cache
+def _remembered_index(alias: str, name: str) -> int | None:
+    names, converters = _slot_loader(alias)
+    index = names.index(name)
+    return index if any(c[0] == index and c[3] for c in converters) else None
+
+
 def clear_converted() -> None:
-    """Forget remembered conversions (settings that change them did)."""
+    """Forget remembered conversions and converters (settings that change them did)."""
     _converted.clear()
+    _slot_loader.cache_clear()
+    _remembered_index.cache_clear()
 
 
 def _convert(alias: str, connection: BaseDatabaseWrapper, converter: Converter, raw: Any) -> Any:

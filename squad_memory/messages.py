@@ -84,21 +84,32 @@ def to_dict(message: Any, *, error: type[ValueError] = InvalidMessage) -> Messag
         raise error("content must be a list of block dicts such as [{'text': '...'}].")
     if citations is not None and not isinstance(citations, list):
         raise error(f"citations must be a list or None, got {type(citations).__name__}.")
-    _check_storable(content, "content", error)
+    global _encoded
+    text = _check_storable(content, "content", error)
     _check_storable(citations, "citations", error)
+    _encoded = (content, text)
     return {"role": role, "content": content, "citations": citations or None}
 
 
 #: ``json.dumps(value, allow_nan=False)`` without building an encoder per call.
 _STRICT_JSON = json.JSONEncoder(allow_nan=False)
+#: The content last validated and its JSON text, as ``json.dumps`` writes it.
+_encoded: tuple[Any, str | None] = (None, None)
 
 
-def _check_storable(value: Any, name: str, error: type[ValueError]) -> None:
+def encoded(content: Any) -> str | None:
+    """The JSON text of ``content`` if it is the content validated last (the same
+    object, on this thread or another), for the INSERT that stores it; else None."""
+    last = _encoded
+    return last[1] if last[0] is content else None
+
+
+def _check_storable(value: Any, name: str, error: type[ValueError]) -> str | None:
     """Content is stored as JSON: plain JSON types, finite numbers, no NUL characters."""
     if value is None:
-        return
+        return None
     try:
-        _STRICT_JSON.encode(value)
+        text: str = _STRICT_JSON.encode(value)
     except (TypeError, ValueError) as exc:
         raise error(
             f"{name} must hold only JSON values (str, int, finite float, bool, None, list, "
@@ -109,6 +120,7 @@ def _check_storable(value: Any, name: str, error: type[ValueError]) -> None:
             f"{name} must not contain NUL (\\x00) characters or lone surrogates; "
             "databases cannot store them."
         )
+    return text
 
 
 def _has_bad_text(value: Any) -> bool:

@@ -16,9 +16,11 @@ from typing import Any
 
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models import Field
 
 from squad_memory.loading import load_slot
+from squad_memory.messages import encoded
 from squad_memory.models import Message, Slot
 
 #: Rows per INSERT statement: rows x columns stays under SQLite's 999-variable limit.
@@ -204,7 +206,12 @@ def message_params(connection: BaseDatabaseWrapper, rows: Sequence[Message]) -> 
 
 def json_param(model_field: Field[Any, Any], value: Any, connection: BaseDatabaseWrapper) -> Any:
     """A JSON column's value as ``get_db_prep_save`` makes it; a list (validated content)
-    is already prepared, so only the backend's adaptation runs."""
-    if type(value) is list:
-        return model_field.get_db_prep_value(value, connection, prepared=True)
-    return model_field.get_db_prep_save(value, connection)
+    is already prepared, so only the backend's adaptation runs, and where that is
+    ``json.dumps`` the text validation wrote is taken as it is."""
+    if type(value) is not list:
+        return model_field.get_db_prep_save(value, connection)
+    text = encoded(value)
+    dumps = type(connection.ops).adapt_json_value is BaseDatabaseOperations.adapt_json_value
+    if text is not None and dumps and getattr(model_field, "encoder", None) is None:
+        return text  # what json.dumps (SQLite's, MySQL's adaptation) would write again
+    return model_field.get_db_prep_value(value, connection, prepared=True)

@@ -118,3 +118,31 @@ def test_a_saves_updated_at_reads_back_as_the_time_it_wrote() -> None:
     assert remembered == converted and remembered.tzinfo == converted.tzinfo
     if type(updated) is str:  # the text SQLite stores
         assert remembered == now
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        [{"text": "plain"}],
+        [{"text": 'ünïcödé ✓ \\u2028 "quoted"', "n": 1.5e-7, "big": 10**20, "ok": False}],
+        [{"toolUse": {"input": {"1": [1, 2, {"deep": None}]}}}],
+    ],
+)
+def test_the_insert_stores_the_json_the_orm_would(content: list[Any]) -> None:
+    """The INSERT's value of validated content, whether validation's own text is taken
+    or the backend adapts it again, is what ``get_db_prep_save`` gives."""
+    from squad_memory.messages import encoded, to_dicts
+    from squad_memory.models import Message
+    from squad_memory.rows import build_rows
+
+    slot = Slot.objects.create(user_id="u", session_id="s", agent_id="a")
+    field = Message._meta.get_field("content")
+    expected = field.get_db_prep_save(content, connection)
+    rows = build_rows(slot, 0, to_dicts([{"role": "user", "content": content}]))
+    assert encoded(rows[0].content) is not None  # validation's text is at hand
+    stored = sql.message_params(connection, rows)[sql.MESSAGE_COLUMNS.index("content")]
+    assert type(stored) is type(expected)
+    if isinstance(expected, str):
+        assert stored == expected
+    else:  # psycopg's Jsonb: the same object adapted
+        assert stored.obj == expected.obj
