@@ -52,12 +52,15 @@ def number(slot: Slot, rows: list[Message], after_seq: int) -> None:
     names for a row not yet saved), once for all rows."""
     if not rows:
         return
-    db = router.db_for_write(Message, instance=slot)
-    for row in rows:
-        if row._state.db is None:
-            row._state.db = db
-    if not router.allow_relation(slot, rows[0]):
-        raise ValueError(f"the database router prevents relating messages to {slot!r}")
+    if router.routers:  # what the descriptor asks the routers
+        db = router.db_for_write(Message, instance=slot)
+        for row in rows:
+            row._state.db = row._state.db or db
+        if not router.allow_relation(slot, rows[0]):
+            raise ValueError(f"the database router prevents relating messages to {slot!r}")
+    else:  # no routers: the slot's database, a relation within it
+        for row in rows:
+            row._state.db = row._state.db or slot._state.db
     cache = Message._meta.get_field("slot").set_cached_value
     for i, row in enumerate(rows, start=after_seq + 1):
         row.slot_id, row.seq = slot.pk, i
