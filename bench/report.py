@@ -91,6 +91,7 @@ def w1(r: dict[str, Any]) -> list[str]:
         "A turn is save user message, save answer, fetch "
         "(ms, median over the turns; p90 in brackets).",
         "",
+        *_rounds_note(r),
     ]
     rows = []
     for sid, v in r["systems"].items():
@@ -119,6 +120,22 @@ def w1(r: dict[str, Any]) -> list[str]:
             rows.append([_label(r, sid), *[_steps(v["W1"].get(str(n))) for n in sizes]])
     lines += _table(["system", *[f"N={n:,}" for n in sizes]], rows)
     return [*lines, "", "![W1](w1_turn.png)", "", *ratios(r)]
+
+
+def _rounds_note(r: dict[str, Any]) -> list[str]:
+    from bench.rounds import ROUND_SYSTEMS
+
+    count = r["params"].get("floor_rounds", 1)
+    if count <= 1:
+        return []
+    names = ", ".join(f"`{sid}`" for sid in ROUND_SYSTEMS if sid in r["systems"])
+    return [
+        f"The floors and the systems held against them ({names}) ran W1 in {count} "
+        "alternating rounds, each a fresh process on fresh slots; their figures are the "
+        "median of the rounds' figures (per-round medians of the turn in results.json, "
+        "`rounds`), so a slow phase of the machine moves one round, not a ratio.",
+        "",
+    ]
 
 
 def _steps(d: dict[str, Any] | None) -> str:

@@ -103,6 +103,32 @@ class Runner:
                     self.results["systems"][sid] = self.step(spec, database)
             else:
                 self.results["systems"][sid] = self.step(spec, database)
+        if "W1" in self.workloads and self.params.get("floor_rounds", 1) > 1:
+            self.floor_rounds(self.params["floor_rounds"])
+
+    def floor_rounds(self, count: int) -> None:
+        """W1 of the floors and the systems held against them, ``count`` rounds in all (the
+        first is the pass above), merged (:mod:`bench.rounds`)."""
+        from bench.rounds import ROUND_SYSTEMS, merge
+
+        runs = {
+            sid: [self.results["systems"][sid]["W1"]]
+            for sid in ROUND_SYSTEMS
+            if "W1" in self.results["systems"].get(sid, {})
+        }
+        children = {sid: (child, database) for sid, child, database, _ in SYSTEMS}
+        for number in range(2, count + 1):
+            for sid in runs:
+                child, database = children[sid]
+                spec = {"kind": "system", "system": child, "workloads": ["W1"]}
+                spec["run"] = f"{self.run_id}-round{number}-{sid}"
+                if child == "sm-celery":
+                    with services.Worker(self.env(database), self.work / "celery-worker.log"):
+                        runs[sid].append(self.step(spec, database)["W1"])
+                else:
+                    runs[sid].append(self.step(spec, database)["W1"])
+        for sid, found in runs.items():
+            self.results["systems"][sid]["W1"] = merge(found)
 
     def available(self, sid: str, database: str) -> bool:
         if database not in ("none", "sqlite") and database not in self.databases:

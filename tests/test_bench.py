@@ -126,6 +126,11 @@ def test_floor_ratios_log_bytes_and_pgbouncer_are_reported(quick_run: dict[str, 
     for sid in ("sm-inline-sqlite", "sm-inline-postgresql", "as-libsql"):
         assert all(_is_figure(r) for r in ratios[sid].values()), sid
     assert all(r == 1.0 for r in ratios["floor-postgresql"].values())
+    for sid in ("floor-sqlite", "sm-inline-sqlite", "floor-postgresql", "sm-inline-postgresql"):
+        for n, figures in quick_run["systems"][sid]["W1"].items():  # merged rounds
+            assert len(figures["turn"]["rounds"]) == QUICK["floor_rounds"], (sid, n)
+            assert min(figures["turn"]["rounds"]) <= figures["turn"]["median"]
+            assert figures["turn"]["median"] <= max(figures["turn"]["rounds"])
     fill = quick_run["W6"]["fill"]
     assert fill["raw_rows"] == QUICK["slots"] * 42 and fill["raw_bytes"] > 0
     assert fill["log_rows"] >= QUICK["slots"] and fill["log_bytes"] > 0
@@ -134,6 +139,7 @@ def test_floor_ratios_log_bytes_and_pgbouncer_are_reported(quick_run: dict[str, 
         assert any(words in target for target in judged), words
     readme = (quick_run["_out"] / "README.md").read_text()
     assert "### Ratio to the floor" in readme and "### Compression log" in readme
+    assert "alternating rounds" in readme
     require(pgbouncer.binary() is not None, "the W5 PgBouncer rounds need pgbouncer installed")
     assert quick_run["W5_pgbouncer"]["error"] is None, quick_run["W5_pgbouncer"]
     per = quick_run["W5"][PGBOUNCER_TARGET]

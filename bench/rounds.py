@@ -1,0 +1,50 @@
+"""W1 again, in rounds, for the systems held against a floor, and the rounds merged.
+
+The plain driver's turn and squad_memory's are measured in separate processes, some
+seconds apart; on a shared machine the speed of the CPU can drift between the two
+more than the difference being measured. So the floors and the systems held against
+them run W1 again in alternation (floor, system, floor, system, ...), each round a
+fresh process on a fresh slot, and every figure of W1 becomes the median of the
+rounds' figures: one slow phase moves one round, not the ratio.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+#: The systems run in rounds, in this order within a round (a floor before the systems
+#: held against it).
+ROUND_SYSTEMS = (
+    "floor-sqlite",
+    "sm-inline-sqlite",
+    "floor-postgresql",
+    "sm-inline-postgresql",
+    "sm-celery-postgresql",
+)
+
+
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One W1 result from the W1 results of several rounds: each timing's statistics the
+    median of the rounds' (``rounds``: the rounds' medians), counts summed."""
+    merged: dict[str, Any] = {}
+    for n in runs[0]:
+        per = [run[n] for run in runs if n in run]
+        out: dict[str, Any] = {}
+        for key, value in per[0].items():
+            if isinstance(value, dict) and "median" in value:
+                parts = [p[key] for p in per if key in p]
+                stats = {
+                    stat: statistics.median(p[stat] for p in parts) for stat in value if stat != "n"
+                }
+                stats["n"] = sum(p.get("n", 0) for p in parts)
+                stats["rounds"] = [p["median"] for p in parts]
+                out[key] = stats
+            elif isinstance(value, bool):
+                out[key] = any(p.get(key, False) for p in per)
+            elif isinstance(value, (int, float)):
+                out[key] = statistics.median(p[key] for p in per if key in p)
+            else:
+                out[key] = value
+        merged[n] = out
+    return merged
