@@ -11,7 +11,7 @@ KEEP_LAST = 2
 FULL: dict[str, Any] = {
     "sizes": [100, 1_000, 10_000],  # W1, W2: stored history N
     "turns": 200,  # W1: timed turns per N (after one warm-up turn)
-    "floor_rounds": 5,  # W1 rounds of the floors and the systems held against them
+    "floor_rounds": 7,  # W1 rounds of the floors and the systems held against them
     "cap_s": 45.0,  # W1, W2: time cap per system and N (LangChain at N = 10,000)
     "fetches": 50,  # W2: fetch_chat calls per N
     "latency_turns": 200,  # W3

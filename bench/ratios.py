@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.rounds import paired_ratio
+
 FLOORS = {"postgresql": "floor-postgresql", "sqlite": "floor-sqlite"}
 
 
@@ -23,8 +25,15 @@ def turn(results: dict[str, Any], sid: str, n: int) -> float | None:
         return None
 
 
+def _turn_stats(results: dict[str, Any], sid: str, n: int) -> dict[str, Any]:
+    found: dict[str, Any] = results["systems"].get(sid, {}).get("W1", {}).get(str(n), {})
+    return found.get("turn", {})  # type: ignore[no-any-return]
+
+
 def to_floor(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    """``{system: {N: median turn / median floor turn}}`` for every system with W1 figures."""
+    """``{system: {N: turn / floor turn}}`` for every system with W1 figures: the median
+    of the rounds' ratios where both ran in rounds (:mod:`bench.rounds`), else median
+    turn / median floor turn."""
     sizes = results["params"]["sizes"]
     out: dict[str, dict[str, float | None]] = {}
     for sid, value in results["systems"].items():
@@ -33,8 +42,9 @@ def to_floor(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
         floor = FLOORS[database_of(sid)]
         per: dict[str, float | None] = {}
         for n in sizes:
+            paired = paired_ratio(_turn_stats(results, sid, n), _turn_stats(results, floor, n))
             mine, base = turn(results, sid, n), turn(results, floor, n)
-            per[str(n)] = mine / base if mine and base else None
+            per[str(n)] = paired if paired else (mine / base if mine and base else None)
         out[sid] = per
     return out
 

@@ -33,13 +33,7 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in per[0].items():
             if isinstance(value, dict) and "median" in value:
-                parts = [p[key] for p in per if key in p]
-                stats = {
-                    stat: statistics.median(p[stat] for p in parts) for stat in value if stat != "n"
-                }
-                stats["n"] = sum(p.get("n", 0) for p in parts)
-                stats["rounds"] = [p["median"] for p in parts]
-                out[key] = stats
+                out[key] = merge_stats([p[key] for p in per if key in p])
             elif isinstance(value, bool):
                 out[key] = any(p.get(key, False) for p in per)
             elif isinstance(value, (int, float)):
@@ -48,3 +42,35 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 out[key] = value
         merged[n] = out
     return merged
+
+
+def merge_w2(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One W2 result (``{N: statistics}``) from the rounds' W2 results."""
+    out: dict[str, Any] = {}
+    for n in runs[0]:
+        per = [run[n] for run in runs if n in run]
+        out[n] = merge_stats(per)
+        out[n]["capped"] = any(p.get("capped", False) for p in per)
+    return out
+
+
+def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Statistics of several rounds: each the median of the rounds', ``n`` summed, and the
+    rounds' medians in ``rounds``."""
+    stats: dict[str, Any] = {
+        stat: statistics.median(p[stat] for p in parts)
+        for stat, value in parts[0].items()
+        if stat not in ("n", "capped", "rounds") and isinstance(value, (int, float))
+    }
+    stats["n"] = sum(p.get("n", 0) for p in parts)
+    stats["rounds"] = [p["median"] for p in parts]
+    return stats
+
+
+def paired_ratio(mine: dict[str, Any], floor: dict[str, Any]) -> float | None:
+    """The median over rounds of each round's ratio (the system against the floor measured
+    just before it, in the same phase of the machine); None without rounds."""
+    ours, theirs = mine.get("rounds"), floor.get("rounds")
+    if not ours or not theirs or len(ours) != len(theirs):
+        return None
+    return float(statistics.median(a / b for a, b in zip(ours, theirs, strict=True)))

@@ -107,12 +107,12 @@ class Runner:
             self.floor_rounds(self.params["floor_rounds"])
 
     def floor_rounds(self, count: int) -> None:
-        """W1 of the floors and the systems held against them, ``count`` rounds in all (the
-        first is the pass above), merged (:mod:`bench.rounds`)."""
-        from bench.rounds import ROUND_SYSTEMS, merge
+        """W1 and W2 of the floors and the systems held against them, ``count`` rounds in
+        all (the first is the pass above), merged (:mod:`bench.rounds`)."""
+        from bench.rounds import ROUND_SYSTEMS, merge, merge_w2
 
         runs = {
-            sid: [self.results["systems"][sid]["W1"]]
+            sid: [self.results["systems"][sid]]
             for sid in ROUND_SYSTEMS
             if "W1" in self.results["systems"].get(sid, {})
         }
@@ -120,15 +120,17 @@ class Runner:
         for number in range(2, count + 1):
             for sid in runs:
                 child, database = children[sid]
-                spec = {"kind": "system", "system": child, "workloads": ["W1"]}
+                spec = {"kind": "system", "system": child, "workloads": ["W1", "W2"]}
                 spec["run"] = f"{self.run_id}-round{number}-{sid}"
                 if child == "sm-celery":
                     with services.Worker(self.env(database), self.work / "celery-worker.log"):
-                        runs[sid].append(self.step(spec, database)["W1"])
+                        runs[sid].append(self.step(spec, database))
                 else:
-                    runs[sid].append(self.step(spec, database)["W1"])
+                    runs[sid].append(self.step(spec, database))
         for sid, found in runs.items():
-            self.results["systems"][sid]["W1"] = merge(found)
+            self.results["systems"][sid]["W1"] = merge([run["W1"] for run in found])
+            if all("W2" in run for run in found):
+                self.results["systems"][sid]["W2"] = merge_w2([run["W2"] for run in found])
 
     def available(self, sid: str, database: str) -> bool:
         if database not in ("none", "sqlite") and database not in self.databases:

@@ -115,7 +115,9 @@ def _check_storable(value: Any, name: str, error: type[ValueError]) -> str | Non
             f"{name} must hold only JSON values (str, int, finite float, bool, None, list, "
             f"dict with str keys): {exc}. Encode binary data (such as image bytes) as base64."
         ) from exc
-    if _has_bad_text(value):
+    # The text escapes NUL as \u0000 and every surrogate as \udXXX: without either, no
+    # string in ``value`` holds one, and the walk is not needed.
+    if ("\\u0000" in text or "\\ud" in text) and _has_bad_text(value):
         raise error(
             f"{name} must not contain NUL (\\x00) characters or lone surrogates; "
             "databases cannot store them."

@@ -190,9 +190,23 @@ def test_history_survives_a_new_instance() -> None:
 
 @pytest.mark.parametrize(
     "content",
-    [[{"image": b"\x89PNG"}], [{"text": float("nan")}], [{"text": "nul\x00byte"}], [{"text": "\ud800"}]],
+    [
+        [{"image": b"\x89PNG"}],
+        [{"text": float("nan")}],
+        [{"text": "nul\x00byte"}],
+        [{"text": "\ud800"}],
+        [{"text": "ok \U0001f600", "nul\x00key": 1}],
+        [{"toolUse": {"input": [["deep", "\udfff"]]}}],
+    ],
 )
 def test_content_that_cannot_be_stored_as_json_is_refused(content: list[Any]) -> None:
     with pytest.raises(InvalidMessage):
         DjangoChatStorage().save_chat_message_sync("u", "s", "a", ConversationMessage("user", content))
     assert not Message.objects.exists()
+
+
+def test_text_outside_the_basic_plane_is_stored() -> None:
+    """Characters JSON writes as surrogate pairs (emoji) are text like any other."""
+    store = DjangoChatStorage()
+    store.save_chat_message_sync("u", "s", "a", msg("user", "smile \U0001f600 \\ud83d"))
+    assert texts(store.fetch_chat_sync("u", "s", "a")) == ["smile \U0001f600 \\ud83d"]

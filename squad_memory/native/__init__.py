@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asgiref.sync import AsyncToSync
-from django.db import DatabaseError, router
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, router
 from django.utils import timezone
 
 from squad_memory import buffer, history, loading, saving, sql, tails, tokens
@@ -61,7 +61,7 @@ def usable(memory: Memory) -> str | None:
         return None
     if _in_async_to_sync():
         return None  # called from sync code through async_to_sync: stay on its thread
-    alias: str = router.db_for_write(Slot)
+    alias: str = router.db_for_write(Slot) if router.routers else DEFAULT_DB_ALIAS
     return alias
 
 
