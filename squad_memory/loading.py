@@ -52,17 +52,24 @@ _converted: dict[tuple[str, int], tuple[str, Any, bool]] = {}
 _IMMUTABLE = (datetime.datetime, str, int, float, bool)
 
 
-def remember_written(connection: BaseDatabaseWrapper, name: str, text: Any, value: Any) -> None:
-    """A slot's datetime ``value`` just written as ``text``: remembered as what reading
-    that text back gives, where that is exactly ``value`` (SQLite's text of an aware UTC
-    datetime, the connection in UTC), so the save's own read does not parse it again."""
-    if type(text) is not str or getattr(value, "tzinfo", None) is not datetime.UTC:
-        return
-    if connection.timezone is not datetime.UTC:  # None without USE_TZ
-        return
-    index = _remembered_index(connection.alias, name)
-    if index is not None:
-        _converted[(connection.alias, index)] = (text, value, False)
+def written_time(connection: BaseDatabaseWrapper, model_field: Any, now: Any) -> Any:
+    """``model_field.get_db_prep_value(now, connection, prepared=True)`` for a save's
+    ``timezone.now()``, remembered as what reading it back gives where that is exactly
+    ``now``: on SQLite in UTC, the text Django's adapter writes (the naive UTC time's
+    ``str``), made without the adapter's checks, read back without a parse."""
+    utc = datetime.UTC
+    if (
+        connection.vendor == "sqlite"
+        and type(now) is datetime.datetime
+        and now.tzinfo is utc
+        and connection.timezone is utc  # None without USE_TZ
+    ):
+        text = str(now.replace(tzinfo=None))
+        index = _remembered_index(connection.alias, model_field.attname)
+        if index is not None:
+            _converted[(connection.alias, index)] = (text, now, False)
+        return text
+    return model_field.get_db_prep_value(now, connection, prepared=True)
 
 
 @functools.cache

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from squad_memory.loading import load_slot, remember_written
+from squad_memory.loading import load_slot, written_time
 from squad_memory.models import Message, Slot
 from squad_memory.sql import (
     MESSAGE_COLUMNS,
@@ -95,9 +95,9 @@ def save_params(
 ) -> list[Any]:
     """The parameters of :func:`save_update` for a save of ``rows``."""
     count, last_role = len(rows), rows[-1].role
-    # ``now`` is timezone.now(): prepared as it is (get_prep_value returns it unchanged).
-    updated = field(Slot, "updated_at").get_db_prep_value(now, connection, prepared=True)
-    remember_written(connection, "updated_at", updated, now)  # the RETURNING row holds it
+    # ``now`` is timezone.now(): prepared as it is (get_prep_value returns it unchanged);
+    # the RETURNING row holds it again.
+    updated = written_time(connection, field(Slot, "updated_at"), now)
     added = sum(row.tokens for row in rows)  # the running total (tokens.py)
     return [count, last_role, keep, count, keep, updated, added, *key, check_role, rows[0].role]
 

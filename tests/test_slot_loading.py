@@ -103,19 +103,22 @@ def test_a_saved_row_is_cached_as_its_insert_values_read_back(
     assert from_insert["content"] is not content and from_insert["content"][0] is not content[0]
 
 
-def test_a_saves_updated_at_reads_back_as_the_time_it_wrote() -> None:
-    """The save's timestamp, remembered as written, is what converting its text gives."""
+@pytest.mark.parametrize("whole_second", [False, True])
+def test_a_saves_updated_at_reads_back_as_the_time_it_wrote(whole_second: bool) -> None:
+    """The save's timestamp, written as Django's adapter writes it and remembered as
+    written, is what converting its text gives (``str`` drops zero microseconds)."""
     from django.utils import timezone
 
     from squad_memory import saving
     from squad_memory.rows import build_rows
 
-    now = timezone.now()
+    now = timezone.now().replace(microsecond=0) if whole_second else timezone.now()
     rows = build_rows(None, 0, [{"role": "user", "content": [{"text": "x"}], "citations": None}])
     params = saving.save_params(
         connection, ("", "u", "s", "a"), rows, check_role=True, keep=0, now=now
     )
     updated = params[5]
+    assert updated == Slot._meta.get_field("updated_at").get_db_prep_save(now, connection)
     row = slot_row(updated_at=updated) if type(updated) is str else slot_row()
     remembered = load(row).updated_at
     loading.clear_converted()
