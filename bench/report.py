@@ -133,7 +133,9 @@ def _rounds_note(r: dict[str, Any]) -> list[str]:
         f"The floors and the systems held against them ({names}) ran W1 in {count} "
         "alternating rounds, each a fresh process on fresh slots; their figures are the "
         "median of the rounds' figures (per-round medians of the turn in results.json, "
-        "`rounds`), so a slow phase of the machine moves one round, not a ratio.",
+        "`rounds`), and a ratio to the floor is the median of the rounds' ratios (each "
+        "round's system against the floor measured just before it), so a slow phase of "
+        "the machine moves one round, not a ratio.",
         "",
     ]
 
