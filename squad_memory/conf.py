@@ -112,21 +112,25 @@ class Settings:
     changed inside the dict shows at once."""
 
     _configured: dict[str, Any] | None = None
+    _changes = 0  # forget() calls: a read that raced one is not kept
 
     def _user(self) -> dict[str, Any]:
         value = self._configured
         if value is not None:
             return value
+        changes = self._changes
         value = getattr(django_settings, SETTING_NAME, {})
         if not isinstance(value, dict):
             raise ImproperlyConfigured(
                 f"{SETTING_NAME} must be a dict, not {type(value).__name__}."
             )
-        self._configured = value
+        if changes == self._changes:  # else the setting changed meanwhile: read it again next time
+            self._configured = value
         return value
 
     def forget(self) -> None:
         """Look ``settings.SQUAD_MEMORY`` up again on the next read."""
+        self._changes += 1
         self._configured = None
 
     def raw(self, name: str) -> Any:

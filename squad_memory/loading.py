@@ -13,6 +13,7 @@ import marshal
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from django.core.signals import setting_changed
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
@@ -134,3 +135,11 @@ def instance(model: type[M], values: dict[str, Any], *, db: str | None = None) -
     new._state = state
     new.__dict__.update(values)
     return new
+
+
+def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DATABASES", "TIME_ZONE", "USE_TZ"):
+        clear_converted()
+
+
+setting_changed.connect(_setting_changed, dispatch_uid="squad_memory.loading")

@@ -99,7 +99,9 @@ _encoded: tuple[Any, str | None] = (None, None)
 
 def encoded(content: Any) -> str | None:
     """The JSON text of ``content`` if it is the content validated last (the same
-    object, on this thread or another), for the INSERT that stores it; else None."""
+    object, on this thread or another), for the INSERT that stores it; else None. The
+    INSERT then stores the content as validated, even if the caller changed the list in
+    place since."""
     last = _encoded
     return last[1] if last[0] is content else None
 
@@ -136,7 +138,7 @@ def _has_bad_text(value: Any) -> bool:
         return False
     if isinstance(value, dict):
         return any(_has_bad_text(k) or _has_bad_text(v) for k, v in value.items())
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):  # JSON writes a tuple as an array
         return any(_has_bad_text(v) for v in value)
     return False
 

@@ -197,6 +197,7 @@ def test_history_survives_a_new_instance() -> None:
         [{"text": "\ud800"}],
         [{"text": "ok \U0001f600", "nul\x00key": 1}],
         [{"toolUse": {"input": [["deep", "\udfff"]]}}],
+        [{"toolUse": {"input": ("a tuple, written as an array", "nul\x00")}}],
     ],
 )
 def test_content_that_cannot_be_stored_as_json_is_refused(content: list[Any]) -> None:

@@ -12,7 +12,6 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from squad_memory import loading
 from squad_memory.conf import SETTING_NAME, app_settings
 from squad_memory.native import loops
 from squad_memory.storage.orm import DjangoChatStorage
@@ -42,4 +41,3 @@ def _reset_storage(*, setting: str, **kwargs: Any) -> None:
         get_storage.cache_clear()
     if setting in ("DATABASES", "TIME_ZONE", "USE_TZ"):
         loops.close_all()
-        loading.clear_converted()
