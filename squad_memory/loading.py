@@ -19,6 +19,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
+from django.dispatch import receiver
 
 from squad_memory.models import Slot
 
@@ -137,9 +138,8 @@ def instance(model: type[M], values: dict[str, Any], *, db: str | None = None) -
     return new
 
 
+@receiver(setting_changed, dispatch_uid="squad_memory.loading")
 def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    """Conversions made under the old ``DATABASES`` (or time zone) are forgotten."""
     if setting in ("DATABASES", "TIME_ZONE", "USE_TZ"):
         clear_converted()
-
-
-setting_changed.connect(_setting_changed, dispatch_uid="squad_memory.loading")

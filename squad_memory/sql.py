@@ -211,7 +211,10 @@ def json_param(model_field: Field[Any, Any], value: Any, connection: BaseDatabas
     if type(value) is not list:
         return model_field.get_db_prep_save(value, connection)
     text = encoded(value)
-    dumps = type(connection.ops).adapt_json_value is BaseDatabaseOperations.adapt_json_value
-    if text is not None and dumps and getattr(model_field, "encoder", None) is None:
+    if (
+        text is not None
+        and type(connection.ops).adapt_json_value is BaseDatabaseOperations.adapt_json_value
+        and getattr(model_field, "encoder", None) is None
+    ):
         return text  # what json.dumps (SQLite's, MySQL's adaptation) would write again
     return model_field.get_db_prep_value(value, connection, prepared=True)

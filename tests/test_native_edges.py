@@ -4,12 +4,11 @@ token counter, a burst of first calls on a new loop, private in-memory SQLite.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection, connections
+from django.db import connection
 from django.test import override_settings
 
 from squad_memory.models import Message
@@ -17,15 +16,14 @@ from squad_memory.native import drivers, loops
 from squad_memory.storage import DjangoChatStorage
 from squad_memory.storage import orm as storage_orm
 from tests.conftest import msg, texts
-from tests.test_native_faults import native_pid, stored, terminate
+from tests.test_native_faults import (  # noqa: F401 (an autouse fixture, used by import)
+    close_worker_connections,
+    native_pid,
+    stored,
+    terminate,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def close_worker_connections() -> Iterator[None]:
-    yield
-    asyncio.run(sync_to_async(connections.close_all)())
 
 
 def count_words(message: Any) -> int:

@@ -11,7 +11,9 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import connections
+from django.dispatch import receiver
 
 from squad_memory.native.drivers import Driver, Postgres, SQLite
 from squad_memory.native.errors import Unavailable
@@ -112,3 +114,10 @@ def close_all() -> None:
                     logger.debug("closing a native connection failed", exc_info=True)
         _drivers.clear()
         _last = (None, "", None)
+
+
+@receiver(setting_changed, dispatch_uid="squad_memory.native.loops")
+def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    """Connections opened from the old ``DATABASES`` (or time zone) are closed."""
+    if setting in ("DATABASES", "TIME_ZONE", "USE_TZ"):
+        close_all()

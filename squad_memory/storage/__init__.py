@@ -13,7 +13,6 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from squad_memory.conf import SETTING_NAME, app_settings
-from squad_memory.native import loops
 from squad_memory.storage.orm import DjangoChatStorage
 from squad_memory.storage.summarizing import SummarizingChatStorage
 
@@ -35,9 +34,6 @@ def get_storage() -> SummarizingChatStorage:
 
 @receiver(setting_changed)
 def _reset_storage(*, setting: str, **kwargs: Any) -> None:
-    """``override_settings(SQUAD_MEMORY=...)`` gets a storage built from the new values;
-    ``DATABASES`` (or the time zone) gets native connections opened from the new ones."""
+    """``override_settings(SQUAD_MEMORY=...)`` gets a storage built from the new values."""
     if setting == SETTING_NAME:
         get_storage.cache_clear()
-    if setting in ("DATABASES", "TIME_ZONE", "USE_TZ"):
-        loops.close_all()
