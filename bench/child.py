@@ -35,7 +35,7 @@ def make_system(name: str, spec: dict[str, Any], slow: bool = False) -> Any:
 
 async def run_system(spec: dict[str, Any]) -> dict[str, Any]:
     """W1 and W2 (history growth) and W3 (latency) for one system."""
-    from bench import workloads
+    from bench import lockstep, workloads
 
     result: dict[str, Any] = {}
     p = spec["params"]
@@ -45,7 +45,13 @@ async def run_system(spec: dict[str, Any]) -> dict[str, Any]:
         result["meta"] = {"label": system.label, "database": system.database}
         result.update(
             await workloads.history_growth(
-                system, spec["run"], p["sizes"], p["turns"], p["cap_s"], p["fetches"]
+                system,
+                spec["run"],
+                p["sizes"],
+                p["turns"],
+                p["cap_s"],
+                p["fetches"],
+                p.get("block", lockstep.BLOCK),
             )
         )
         await system.close()

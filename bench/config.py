@@ -12,6 +12,7 @@ FULL: dict[str, Any] = {
     "sizes": [100, 1_000, 10_000],  # W1, W2: stored history N
     "turns": 200,  # W1: timed turns per N (after one warm-up turn)
     "floor_rounds": 7,  # W1 rounds of the floors and the systems held against them
+    "block": 20,  # turns per lockstep block (bench.lockstep)
     "cap_s": 45.0,  # W1, W2: time cap per system and N (LangChain at N = 10,000)
     "fetches": 50,  # W2: fetch_chat calls per N
     "latency_turns": 200,  # W3
@@ -33,6 +34,7 @@ QUICK: dict[str, Any] = {
     "sizes": [100, 300],
     "turns": 5,
     "floor_rounds": 2,
+    "block": 2,  # turns per lockstep block
     "cap_s": 3.0,
     "fetches": 5,
     "latency_turns": 20,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.lockstep import block_ratio
 from bench.rounds import paired_ratio
 
 FLOORS = {"postgresql": "floor-postgresql", "sqlite": "floor-sqlite"}
@@ -25,13 +26,17 @@ def turn(results: dict[str, Any], sid: str, n: int) -> float | None:
         return None
 
 
+def _w1(results: dict[str, Any], sid: str, n: int) -> dict[str, Any]:
+    return results["systems"].get(sid, {}).get("W1", {}).get(str(n), {})  # type: ignore[no-any-return]
+
+
 def _turn_stats(results: dict[str, Any], sid: str, n: int) -> dict[str, Any]:
-    found: dict[str, Any] = results["systems"].get(sid, {}).get("W1", {}).get(str(n), {})
-    return found.get("turn", {})  # type: ignore[no-any-return]
+    return _w1(results, sid, n).get("turn", {})  # type: ignore[no-any-return]
 
 
 def to_floor(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     """``{system: {N: turn / floor turn}}`` for every system with W1 figures: the median
+    of the blocks' ratios where both ran in lockstep rounds (:mod:`bench.lockstep`), else
     of the rounds' ratios where both ran in rounds (:mod:`bench.rounds`), else median
     turn / median floor turn."""
     sizes = results["params"]["sizes"]
@@ -42,7 +47,9 @@ def to_floor(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
         floor = FLOORS[database_of(sid)]
         per: dict[str, float | None] = {}
         for n in sizes:
-            paired = paired_ratio(_turn_stats(results, sid, n), _turn_stats(results, floor, n))
+            paired = block_ratio(_w1(results, sid, n), _w1(results, floor, n)) or paired_ratio(
+                _turn_stats(results, sid, n), _turn_stats(results, floor, n)
+            )
             mine, base = turn(results, sid, n), turn(results, floor, n)
             per[str(n)] = paired if paired else (mine / base if mine and base else None)
         out[sid] = per

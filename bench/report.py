@@ -129,13 +129,17 @@ def _rounds_note(r: dict[str, Any]) -> list[str]:
     if count <= 1:
         return []
     names = ", ".join(f"`{sid}`" for sid in ROUND_SYSTEMS if sid in r["systems"])
+    block = r["params"].get("block", 20)
     return [
         f"The floors and the systems held against them ({names}) ran W1 in {count} "
         "alternating rounds, each a fresh process on fresh slots; their figures are the "
         "median of the rounds' figures (per-round medians of the turn in results.json, "
-        "`rounds`), and a ratio to the floor is the median of the rounds' ratios (each "
-        "round's system against the floor measured just before it), so a slow phase of "
-        "the machine moves one round, not a ratio.",
+        "`rounds`). After the first, each round ran a floor and its systems in lockstep: "
+        f"their processes side by side but never at once, one block of {block} turns "
+        "each in turn, so a block of a system and the floor's block beside it are "
+        "milliseconds apart, in the same phase of the machine. A ratio to the floor is "
+        "the median of those blocks' ratios (block medians in results.json, "
+        "`blocks`), so a slow phase of the machine moves a block, not a ratio.",
         "",
     ]
 

@@ -5,7 +5,9 @@ seconds apart; on a shared machine the speed of the CPU can drift between the tw
 more than the difference being measured. So the floors and the systems held against
 them run W1 again in alternation (floor, system, floor, system, ...), each round a
 fresh process on a fresh slot, and every figure of W1 becomes the median of the
-rounds' figures: one slow phase moves one round, not the ratio.
+rounds' figures: one slow phase moves one round, not the ratio. The rounds after the
+first run in lockstep (:mod:`bench.lockstep`): a floor and its systems side by side,
+one block of turns at a time, and the ratio to the floor is taken block by block.
 """
 
 from __future__ import annotations
@@ -13,15 +15,13 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-#: The systems run in rounds, in this order within a round (a floor before the systems
-#: held against it).
-ROUND_SYSTEMS = (
-    "floor-sqlite",
-    "sm-inline-sqlite",
-    "floor-postgresql",
-    "sm-inline-postgresql",
-    "sm-celery-postgresql",
+#: The systems run in rounds, a floor first and the systems held against it after it;
+#: each group runs in lockstep.
+ROUND_GROUPS = (
+    ("floor-sqlite", "sm-inline-sqlite"),
+    ("floor-postgresql", "sm-inline-postgresql", "sm-celery-postgresql"),
 )
+ROUND_SYSTEMS = tuple(sid for group in ROUND_GROUPS for sid in group)
 
 
 def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -32,7 +32,9 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
         per = [run[n] for run in runs if n in run]
         out: dict[str, Any] = {}
         for key, value in per[0].items():
-            if isinstance(value, dict) and "median" in value:
+            if key == "blocks":  # per round: its block medians (None outside lockstep)
+                out[key] = [p.get(key) for p in per]
+            elif isinstance(value, dict) and "median" in value:
                 out[key] = merge_stats([p[key] for p in per if key in p])
             elif isinstance(value, bool):
                 out[key] = any(p.get(key, False) for p in per)

@@ -68,14 +68,19 @@ class Runner:
         print(f"  skipped {what}: {reason}", flush=True)
 
     # -- steps -------------------------------------------------------------------------
-    def step(self, spec: dict[str, Any], database: str, **env: str) -> dict[str, Any]:
-        """Run one step in a fresh process (``env`` added to its environment); its JSON result."""
-        tag = f"{spec['kind']}-{spec.get('system', '')}-{database}"
+    def _spec(self, spec: dict[str, Any]) -> tuple[str, dict[str, Any], Path]:
+        """The step's tag, its full spec, and the spec's file (written)."""
+        tag = f"{spec['kind']}-{spec.get('system', '')}-{spec.get('database', '')}"
         spec = dict(spec, work=str(self.work), params=self.params)
         spec.setdefault("run", f"{self.run_id}-{tag}")
         spec["out"] = str(self.work / f"{tag}.out.json")
         spec_path = self.work / f"{tag}.spec.json"
         spec_path.write_text(json.dumps(spec))
+        return tag, spec, spec_path
+
+    def step(self, spec: dict[str, Any], database: str, **env: str) -> dict[str, Any]:
+        """Run one step in a fresh process (``env`` added to its environment); its JSON result."""
+        tag, spec, spec_path = self._spec(dict(spec, database=database))
         started = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-m", "bench.child", str(spec_path)],
@@ -89,6 +94,30 @@ class Runner:
         print(f"  {tag}: {time.perf_counter() - started:.1f} s", flush=True)
         result: dict[str, Any] = json.loads(Path(spec["out"]).read_text())
         return result
+
+    def lockstep(self, specs: list[tuple[dict[str, Any], str]]) -> list[dict[str, Any]]:
+        """Run steps ``(spec, database)`` side by side in lockstep (:mod:`bench.lockstep`);
+        their JSON results."""
+        from bench import lockstep
+
+        prepared = [(self._spec(dict(spec, database=db)), db) for spec, db in specs]
+        commands = [
+            (
+                [sys.executable, "-m", "bench.child", str(path)],
+                self.env(db),
+                self.work / f"{tag}.log",
+            )
+            for (tag, _, path), db in prepared
+        ]
+        started = time.perf_counter()
+        codes = lockstep.run(commands, services.ROOT)
+        tags = ", ".join(tag for (tag, _, _), _ in prepared)
+        for ((tag, _, _), _), (_, _, log), code in zip(prepared, commands, codes, strict=True):
+            if code != 0:
+                text = log.read_text(errors="replace")[-4000:]
+                raise RuntimeError(f"benchmark step {tag} failed (in lockstep):\n{text}")
+        print(f"  lockstep {tags}: {time.perf_counter() - started:.1f} s", flush=True)
+        return [json.loads(Path(spec["out"]).read_text()) for (_, spec, _), _ in prepared]
 
     def systems(self) -> None:
         """W1, W2 and W3 for every system that takes part."""
@@ -108,25 +137,36 @@ class Runner:
 
     def floor_rounds(self, count: int) -> None:
         """W1 and W2 of the floors and the systems held against them, ``count`` rounds in
-        all (the first is the pass above), merged (:mod:`bench.rounds`)."""
-        from bench.rounds import ROUND_SYSTEMS, merge, merge_w2
+        all (the first is the pass above; the others each floor beside its systems, in
+        lockstep), merged (:mod:`bench.rounds`)."""
+        from bench.rounds import ROUND_GROUPS, merge, merge_w2
 
         runs = {
             sid: [self.results["systems"][sid]]
-            for sid in ROUND_SYSTEMS
+            for group in ROUND_GROUPS
+            for sid in group
             if "W1" in self.results["systems"].get(sid, {})
         }
         children = {sid: (child, database) for sid, child, database, _ in SYSTEMS}
         for number in range(2, count + 1):
-            for sid in runs:
-                child, database = children[sid]
-                spec = {"kind": "system", "system": child, "workloads": ["W1", "W2"]}
-                spec["run"] = f"{self.run_id}-round{number}-{sid}"
-                if child == "sm-celery":
+            for group in ROUND_GROUPS:
+                sids = [sid for sid in group if sid in runs]
+                if len(sids) < 2 or sids[0] != group[0]:
+                    continue  # no floor, or nothing held against it
+                specs = []
+                for sid in sids:
+                    child, database = children[sid]
+                    spec = {"kind": "system", "system": child, "workloads": ["W1", "W2"]}
+                    spec["run"] = f"{self.run_id}-round{number}-{sid}"
+                    specs.append((spec, database))
+                if any(children[sid][0] == "sm-celery" for sid in sids):
+                    database = children[sids[0]][1]
                     with services.Worker(self.env(database), self.work / "celery-worker.log"):
-                        runs[sid].append(self.step(spec, database))
+                        found = self.lockstep(specs)
                 else:
-                    runs[sid].append(self.step(spec, database))
+                    found = self.lockstep(specs)
+                for sid, result in zip(sids, found, strict=True):
+                    runs[sid].append(result)
         for sid, found in runs.items():
             self.results["systems"][sid]["W1"] = merge([run["W1"] for run in found])
             if all("W2" in run for run in found):

@@ -6,29 +6,43 @@ import asyncio
 import time
 from typing import Any
 
+from bench import lockstep
 from bench.base import SlotId, System, timed_turn
 from bench.stats import ms
 
 
 async def history_growth(
-    system: System, run: str, sizes: list[int], turns: int, cap_s: float, fetches: int
+    system: System,
+    run: str,
+    sizes: list[int],
+    turns: int,
+    cap_s: float,
+    fetches: int,
+    block: int = lockstep.BLOCK,
 ) -> dict[str, Any]:
-    """W1 and W2: per-turn cost and ``fetch_chat`` cost at each stored history size N."""
+    """W1 and W2: per-turn cost and ``fetch_chat`` cost at each stored history size N.
+
+    In a lockstep round (:mod:`bench.lockstep`) the process waits at a gate before each
+    N and after each block of turns, with nothing of its own still running."""
     w1: dict[str, Any] = {}
     w2: dict[str, Any] = {}
     for n in sizes:
         slot: SlotId = (run, f"n{n}", "agent")
+        lockstep.gate()
         t0 = time.perf_counter()
         await system.prefill(slot, n)
         prefill_s = time.perf_counter() - t0
-        w1[str(n)] = await _turns(system, slot, turns, cap_s)
+        w1[str(n)] = await _turns(system, slot, turns, cap_s, block)
         w1[str(n)]["prefill_s"] = prefill_s
         await system.settle(slot)
+        lockstep.gate()
         w2[str(n)] = await _fetches(system, slot, fetches, cap_s)
     return {"W1": w1, "W2": w2}
 
 
-async def _turns(system: System, slot: SlotId, turns: int, cap_s: float) -> dict[str, Any]:
+async def _turns(
+    system: System, slot: SlotId, turns: int, cap_s: float, block: int
+) -> dict[str, Any]:
     parts: dict[str, list[float]] = {}
     totals: list[float] = []
     await timed_turn(system, slot, 0)  # warm-up (connections, caches)
@@ -40,7 +54,13 @@ async def _turns(system: System, slot: SlotId, turns: int, cap_s: float) -> dict
             parts.setdefault(key, []).append(value)
         if time.monotonic() > deadline:
             break
+        if i % block == 0 and lockstep.active():
+            await system.settle(slot)  # a queued compression is not left to run meanwhile
+            lockstep.gate()
     result: dict[str, Any] = {"turn": ms(totals), "capped": len(totals) < turns, "asked": turns}
+    # Block medians (ms), for the ratio to a floor run in lockstep beside this process.
+    blocks = lockstep.blocks_of(totals, block) if lockstep.active() else None
+    result["blocks"] = None if blocks is None else [b * 1000 for b in blocks]
     result.update({key: ms(values) for key, values in parts.items()})
     return result
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -131,6 +132,18 @@ def test_floor_ratios_log_bytes_and_pgbouncer_are_reported(quick_run: dict[str, 
             assert len(figures["turn"]["rounds"]) == QUICK["floor_rounds"], (sid, n)
             assert min(figures["turn"]["rounds"]) <= figures["turn"]["median"]
             assert figures["turn"]["median"] <= max(figures["turn"]["rounds"])
+            # The first round ran alone; the second in lockstep, with a median per block.
+            first, second = figures["blocks"]
+            assert first is None, (sid, n)
+            blocks = QUICK["turns"] // QUICK["block"]
+            assert len(second) == blocks and all(b > 0 for b in second), (sid, n)
+    pairs = (("sm-inline-sqlite", "floor-sqlite"), ("sm-inline-postgresql", "floor-postgresql"))
+    for sid, floor in pairs:
+        for n, ratio in ratios[sid].items():  # the blocks' ratios, not the rounds'
+            mine = quick_run["systems"][sid]["W1"][n]["blocks"][1]
+            theirs = quick_run["systems"][floor]["W1"][n]["blocks"][1]
+            paired = zip(mine, theirs, strict=True)
+            assert ratio == statistics.median(a / b for a, b in paired), (sid, n)
     fill = quick_run["W6"]["fill"]
     assert fill["raw_rows"] == QUICK["slots"] * 42 and fill["raw_bytes"] > 0
     assert fill["log_rows"] >= QUICK["slots"] and fill["log_bytes"] > 0
@@ -139,7 +152,7 @@ def test_floor_ratios_log_bytes_and_pgbouncer_are_reported(quick_run: dict[str, 
         assert any(words in target for target in judged), words
     readme = (quick_run["_out"] / "README.md").read_text()
     assert "### Ratio to the floor" in readme and "### Compression log" in readme
-    assert "alternating rounds" in readme
+    assert "alternating rounds" in readme and "in lockstep" in readme
     require(pgbouncer.binary() is not None, "the W5 PgBouncer rounds need pgbouncer installed")
     assert quick_run["W5_pgbouncer"]["error"] is None, quick_run["W5_pgbouncer"]
     per = quick_run["W5"][PGBOUNCER_TARGET]
