@@ -11,8 +11,10 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.dispatch import receiver
 
 from squad_memory.loading import load_slot, written_time
 from squad_memory.models import Message, Slot
@@ -159,3 +161,11 @@ def save_returning(
         if locked is not None:
             locked(slot)
     return slot
+
+
+@receiver(setting_changed, dispatch_uid="squad_memory.saving")
+def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    """Statements written for the old ``DATABASES`` (its backends' SQL) are forgotten."""
+    if setting == "DATABASES":
+        save_update.cache_clear()
+        one_statement.cache_clear()

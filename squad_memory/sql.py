@@ -14,10 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models import Field
+from django.dispatch import receiver
 
 from squad_memory.loading import load_slot
 from squad_memory.messages import encoded
@@ -218,3 +220,11 @@ def json_param(model_field: Field[Any, Any], value: Any, connection: BaseDatabas
     ):
         return text  # what json.dumps (SQLite's, MySQL's adaptation) would write again
     return model_field.get_db_prep_value(value, connection, prepared=True)
+
+
+@receiver(setting_changed, dispatch_uid="squad_memory.sql")
+def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    """Statements written for the old ``DATABASES`` (its backends' quoting) are forgotten."""
+    if setting == "DATABASES":
+        statements.cache_clear()
+        insert_statement.cache_clear()

@@ -154,3 +154,20 @@ def test_the_insert_stores_the_json_the_orm_would(content: list[Any]) -> None:
         assert stored == expected
     else:  # psycopg's Jsonb: the same object adapted
         assert stored.obj == expected.obj
+
+
+def test_a_databases_change_forgets_the_statements_written_for_it() -> None:
+    """The fixed statements are quoted for the alias's backend; a change of DATABASES (an
+    alias may now name another backend) writes them again on next use."""
+    from django.core.signals import setting_changed
+
+    from squad_memory import saving
+
+    alias = connection.alias
+    caches = (sql.statements, sql.insert_statement, saving.save_update, saving.one_statement)
+    before = (sql.statements(alias), sql.insert_statement(alias, 2), saving.save_update(alias))
+    with pytest.warns(UserWarning, match="DATABASES"):  # Django's own word on it
+        setting_changed.send(sender=None, setting="DATABASES", value={}, enter=True)
+    assert [cache.cache_info().currsize for cache in caches] == [0, 0, 0, 0]
+    after = (sql.statements(alias), sql.insert_statement(alias, 2), saving.save_update(alias))
+    assert after == before and all(a is not b for a, b in zip(after, before, strict=True))
