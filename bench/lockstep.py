@@ -1,16 +1,18 @@
-"""Lockstep: a floor and the systems held against it take turns, block by block.
+"""Lockstep: a floor and a system held against it take turns, block by block.
 
 On a shared machine the CPU's speed drifts, by up to 2x within a second, more than
 the difference being measured. Two processes measured seconds apart, even in
 alternating rounds, can land in different phases. In a lockstep round the floor's
-process and its systems' processes run side by side but never at once: each runs
-one block of ``BLOCK`` turns, then waits at a gate while the next runs its block
-(the order turns around every cycle). Block ``i`` of a system and block ``i`` of its
-floor are then some milliseconds apart, in the same phase of the machine, and the
-ratio to the floor is the median of the blocks' ratios (:func:`block_ratio`).
+process and the system's run side by side but never at once: each runs one block of
+``block`` turns, then waits at a gate while the other runs its block; the order
+turns around every cycle (floor, system | system, floor | ...). Block ``i`` of the
+system and block ``i`` of the floor are then milliseconds apart, in the same phase of
+the machine, and the ratio to the floor is the median of the blocks' ratios
+(:func:`block_ratios`).
 
-Each system still runs in a process of its own, with nothing else running while
-its block is timed.
+Each system still runs in a process of its own, with nothing else running while its
+block is timed: a process settles its own background work (a queued compression)
+before it waits at a gate.
 
 Child side: :func:`gate` (a no-op outside a lockstep round). Parent side: :func:`run`.
 """
@@ -18,7 +20,7 @@ Child side: :func:`gate` (a no-op outside a lockstep round). Parent side: :func:
 from __future__ import annotations
 
 import os
-import statistics
+import select
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +30,8 @@ from typing import Any
 BLOCK = 20
 #: The environment variable that hands a child its gate's two pipe ends ("read,write").
 GATE_ENV = "BENCH_GATE"
+#: Seconds a child may run from one gate to the next before the round is given up.
+SEGMENT_TIMEOUT_S = 600.0
 _GO = b"g"
 
 
@@ -52,75 +56,103 @@ class _Child:
         to_read, self.to_write = os.pipe()
         self.from_read, from_write = os.pipe()
         env = dict(env, **{GATE_ENV: f"{to_read},{from_write}"})
-        self.log_path = log
         self.log = log.open("wb")
-        self.proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=env,
-            pass_fds=(to_read, from_write),
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        os.close(to_read)
-        os.close(from_write)
+        try:
+            self.proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=env,
+                pass_fds=(to_read, from_write),
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
+        except BaseException:
+            for fd in (self.to_write, self.from_read):
+                os.close(fd)
+            self.log.close()
+            raise
+        finally:
+            os.close(to_read)
+            os.close(from_write)
 
-    def reached_gate(self) -> bool:
+    def reached_gate(self, timeout: float) -> bool:
         """Wait until the child is at a gate (True) or has finished (False)."""
+        ready, _, _ = select.select([self.from_read], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"a lockstep segment ran over {timeout:.0f} s: {self.proc.args}")
         return os.read(self.from_read, 1) == _GO
 
-    def go(self) -> bool:
+    def go(self, timeout: float) -> bool:
         """Let the child run to its next gate; False when it finished instead."""
         try:
             os.write(self.to_write, _GO)
         except BrokenPipeError:
             return False
-        return self.reached_gate()
+        return self.reached_gate(timeout)
 
-    def finish(self) -> int:
+    def failed(self) -> bool:
+        """Whether the child, which finished, exited with an error."""
+        return self.proc.wait() != 0
+
+    def finish(self, kill: bool) -> int:
+        """Close its gate (a child still waiting at it stops) and wait for it."""
         for fd in (self.to_write, self.from_read):
             os.close(fd)
+        if kill and self.proc.poll() is None:
+            self.proc.kill()
         code = self.proc.wait()
         self.log.close()
         return code
 
 
-def run(commands: Sequence[tuple[Sequence[str], dict[str, str], Path]], cwd: Path) -> list[int]:
+def run(
+    commands: Sequence[tuple[Sequence[str], dict[str, str], Path]],
+    cwd: Path,
+    timeout: float = SEGMENT_TIMEOUT_S,
+) -> list[int]:
     """Run ``(argv, env, log)`` commands in lockstep; their exit codes.
 
     Every child starts at once and runs to its first gate; from then on one runs at a
-    time, from one gate to its next, in turn (reversed every cycle), until all finish.
+    time, from one gate to its next, in turn (the order reversed every cycle), until
+    all finish. A child that fails ends the round: the others stop at their next gate.
+    A segment running over ``timeout`` seconds kills the round (TimeoutError).
     """
-    children = [_Child(argv, env, cwd, log) for argv, env, log in commands]
+    children: list[_Child] = []
+    ended = False
     try:
-        waiting = [child for child in children if child.reached_gate()]
+        for argv, env, log in commands:
+            children.append(_Child(argv, env, cwd, log))
+        waiting = [child for child in children if child.reached_gate(timeout)]
         cycle = 0
         while waiting:
+            if any(child.failed() for child in children if child not in waiting):
+                break  # the round is lost: the others stop at their gates
             order = waiting if cycle % 2 == 0 else waiting[::-1]
-            done = {id(child) for child in order if not child.go()}
-            waiting = [child for child in waiting if id(child) not in done]
+            done = [child for child in order if not child.go(timeout)]
+            waiting = [child for child in waiting if child not in done]
             cycle += 1
-    finally:  # a child still at a gate reads the end of its pipe, and stops
-        codes = [child.finish() for child in children]
+        ended = True
+    finally:  # a timeout or an error here: the children are killed
+        codes = [child.finish(kill=not ended) for child in children]
     return codes
 
 
-def block_ratio(mine: Any, floor: Any) -> float | None:
-    """The median, over lockstep rounds and blocks, of each block's ratio to the floor's
-    block run beside it; ``mine`` and ``floor`` are W1 figures at one N, merged over
-    rounds (``blocks``: per round, its block medians or None outside lockstep)."""
-    ratios = [
-        a / b
-        for ours, theirs in zip(mine.get("blocks") or [], floor.get("blocks") or [], strict=False)
-        if ours and theirs
-        for a, b in zip(ours, theirs, strict=False)
-        if b > 0
-    ]
-    return float(statistics.median(ratios)) if ratios else None
+def block_ratios(mine: dict[str, Any], floor: dict[str, Any]) -> list[float]:
+    """Each block's ratio to the floor's block run beside it, from the W1 figures at one N
+    of one lockstep round of a system and its floor; none when the blocks do not pair:
+    outside lockstep, a time cap reached, or not as many blocks on each side."""
+    ours, theirs = mine.get("blocks"), floor.get("blocks")
+    if not ours or not theirs or len(ours) != len(theirs):
+        return []
+    if mine.get("capped") or floor.get("capped"):
+        return []
+    return [a / b for a, b in zip(ours, theirs, strict=True) if b > 0]
 
 
 def blocks_of(totals: list[float], block: int = BLOCK) -> list[float]:
     """The medians of consecutive blocks of ``block`` turns (a last partial one dropped)."""
+    import statistics
+
     return [
         statistics.median(totals[i : i + block]) for i in range(0, len(totals) - block + 1, block)
     ]

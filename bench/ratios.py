@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
-from bench.lockstep import block_ratio
 from bench.rounds import paired_ratio
 
 FLOORS = {"postgresql": "floor-postgresql", "sqlite": "floor-sqlite"}
@@ -47,8 +47,11 @@ def to_floor(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
         floor = FLOORS[database_of(sid)]
         per: dict[str, float | None] = {}
         for n in sizes:
-            paired = block_ratio(_w1(results, sid, n), _w1(results, floor, n)) or paired_ratio(
-                _turn_stats(results, sid, n), _turn_stats(results, floor, n)
+            blocks = _w1(results, sid, n).get("block_ratios")
+            paired = (
+                float(statistics.median(blocks))
+                if blocks
+                else paired_ratio(_turn_stats(results, sid, n), _turn_stats(results, floor, n))
             )
             mine, base = turn(results, sid, n), turn(results, floor, n)
             per[str(n)] = paired if paired else (mine / base if mine and base else None)

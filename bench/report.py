@@ -129,19 +129,30 @@ def _rounds_note(r: dict[str, Any]) -> list[str]:
     if count <= 1:
         return []
     names = ", ".join(f"`{sid}`" for sid in ROUND_SYSTEMS if sid in r["systems"])
-    block = r["params"].get("block", 20)
-    return [
+    note = (
         f"The floors and the systems held against them ({names}) ran W1 in {count} "
         "alternating rounds, each a fresh process on fresh slots; their figures are the "
         "median of the rounds' figures (per-round medians of the turn in results.json, "
-        "`rounds`). After the first, each round ran a floor and its systems in lockstep: "
-        f"their processes side by side but never at once, one block of {block} turns "
-        "each in turn, so a block of a system and the floor's block beside it are "
-        "milliseconds apart, in the same phase of the machine. A ratio to the floor is "
-        "the median of those blocks' ratios (block medians in results.json, "
-        "`blocks`), so a slow phase of the machine moves a block, not a ratio.",
-        "",
-    ]
+        "`rounds`)."
+    )
+    blocks = sum(
+        len(figures.get("block_ratios") or [])
+        for sid in ROUND_SYSTEMS
+        for figures in r["systems"].get(sid, {}).get("W1", {}).values()
+    )
+    if blocks:
+        note += (
+            " After the first, each round ran each system in lockstep beside its floor: "
+            "the two processes side by side but never at once, one block of "
+            f"{r['params'].get('block')} turns each in turn, so a block of the system and "
+            "the floor's block beside it are milliseconds apart, in the same phase of the "
+            "machine. A ratio to the floor is the median of those blocks' ratios "
+            f"({blocks} blocks in all; per N in results.json, `block_ratios`), so a slow "
+            "phase of the machine moves a block, not a ratio."
+        )
+    else:
+        note += " A ratio to the floor is the median of the rounds' ratios."
+    return [note, ""]
 
 
 def _steps(d: dict[str, Any] | None) -> str:

@@ -6,8 +6,8 @@ more than the difference being measured. So the floors and the systems held agai
 them run W1 again in alternation (floor, system, floor, system, ...), each round a
 fresh process on a fresh slot, and every figure of W1 becomes the median of the
 rounds' figures: one slow phase moves one round, not the ratio. The rounds after the
-first run in lockstep (:mod:`bench.lockstep`): a floor and its systems side by side,
-one block of turns at a time, and the ratio to the floor is taken block by block.
+first run in lockstep (:mod:`bench.lockstep`): each system beside its floor, one
+block of turns at a time, and the ratio to the floor is taken block by block.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-#: The systems run in rounds, a floor first and the systems held against it after it;
-#: each group runs in lockstep.
-ROUND_GROUPS = (
+#: The systems run in rounds, each in lockstep beside the floor it is held against
+#: (a floor runs once per system in a round).
+ROUND_PAIRS = (
     ("floor-sqlite", "sm-inline-sqlite"),
-    ("floor-postgresql", "sm-inline-postgresql", "sm-celery-postgresql"),
+    ("floor-postgresql", "sm-inline-postgresql"),
+    ("floor-postgresql", "sm-celery-postgresql"),
 )
-ROUND_SYSTEMS = tuple(sid for group in ROUND_GROUPS for sid in group)
+ROUND_SYSTEMS = tuple(dict.fromkeys(sid for pair in ROUND_PAIRS for sid in pair))
 
 
 def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -32,7 +33,7 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
         per = [run[n] for run in runs if n in run]
         out: dict[str, Any] = {}
         for key, value in per[0].items():
-            if key == "blocks":  # per round: its block medians (None outside lockstep)
+            if key in ("blocks", "spans"):  # per round: its blocks (None outside lockstep)
                 out[key] = [p.get(key) for p in per]
             elif isinstance(value, dict) and "median" in value:
                 out[key] = merge_stats([p[key] for p in per if key in p])

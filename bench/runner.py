@@ -137,40 +137,46 @@ class Runner:
 
     def floor_rounds(self, count: int) -> None:
         """W1 and W2 of the floors and the systems held against them, ``count`` rounds in
-        all (the first is the pass above; the others each floor beside its systems, in
-        lockstep), merged (:mod:`bench.rounds`)."""
-        from bench.rounds import ROUND_GROUPS, merge, merge_w2
+        all: the pass above, then each system in lockstep beside its floor; merged
+        (:mod:`bench.rounds`), with each system's block ratios (:mod:`bench.lockstep`)."""
+        from bench.lockstep import block_ratios
+        from bench.rounds import ROUND_PAIRS, merge, merge_w2
 
-        runs = {
-            sid: [self.results["systems"][sid]]
-            for group in ROUND_GROUPS
-            for sid in group
-            if "W1" in self.results["systems"].get(sid, {})
-        }
+        done = self.results["systems"]
+        pairs = [
+            (f, sid)
+            for f, sid in ROUND_PAIRS
+            if "W1" in done.get(f, {}) and "W1" in done.get(sid, {})
+        ]
+        runs = {sid: [done[sid]] for pair in pairs for sid in pair}
+        ratios: dict[str, dict[str, list[float]]] = {sid: {} for _, sid in pairs}
         children = {sid: (child, database) for sid, child, database, _ in SYSTEMS}
         for number in range(2, count + 1):
-            for group in ROUND_GROUPS:
-                sids = [sid for sid in group if sid in runs]
-                if len(sids) < 2 or sids[0] != group[0]:
-                    continue  # no floor, or nothing held against it
+            for floor, sid in pairs:
                 specs = []
-                for sid in sids:
-                    child, database = children[sid]
+                for one in (floor, sid):
+                    child, database = children[one]
                     spec = {"kind": "system", "system": child, "workloads": ["W1", "W2"]}
-                    spec["run"] = f"{self.run_id}-round{number}-{sid}"
+                    spec["run"] = f"{self.run_id}-round{number}-{sid}-{one}"
                     specs.append((spec, database))
-                if any(children[sid][0] == "sm-celery" for sid in sids):
-                    database = children[sids[0]][1]
+                if children[sid][0] == "sm-celery":
+                    database = children[sid][1]
                     with services.Worker(self.env(database), self.work / "celery-worker.log"):
-                        found = self.lockstep(specs)
+                        beside, mine = self.lockstep(specs)
                 else:
-                    found = self.lockstep(specs)
-                for sid, result in zip(sids, found, strict=True):
-                    runs[sid].append(result)
+                    beside, mine = self.lockstep(specs)
+                runs[floor].append(beside)
+                runs[sid].append(mine)
+                for n, figures in mine["W1"].items():
+                    found = block_ratios(figures, beside["W1"].get(n, {}))
+                    ratios[sid].setdefault(n, []).extend(found)
         for sid, found in runs.items():
-            self.results["systems"][sid]["W1"] = merge([run["W1"] for run in found])
+            done[sid]["W1"] = merge([run["W1"] for run in found])
             if all("W2" in run for run in found):
-                self.results["systems"][sid]["W2"] = merge_w2([run["W2"] for run in found])
+                done[sid]["W2"] = merge_w2([run["W2"] for run in found])
+        for sid, per in ratios.items():
+            for n, values in per.items():
+                done[sid]["W1"][n]["block_ratios"] = values
 
     def available(self, sid: str, database: str) -> bool:
         if database not in ("none", "sqlite") and database not in self.databases:

@@ -22,8 +22,9 @@ async def history_growth(
 ) -> dict[str, Any]:
     """W1 and W2: per-turn cost and ``fetch_chat`` cost at each stored history size N.
 
-    In a lockstep round (:mod:`bench.lockstep`) the process waits at a gate before each
-    N and after each block of turns, with nothing of its own still running."""
+    In a lockstep round (:mod:`bench.lockstep`) the process waits at a gate before and
+    after each N's prefill and after each block of turns, with nothing of its own still
+    running; a process that reached the time cap keeps passing its gates."""
     w1: dict[str, Any] = {}
     w2: dict[str, Any] = {}
     for n in sizes:
@@ -32,6 +33,8 @@ async def history_growth(
         t0 = time.perf_counter()
         await system.prefill(slot, n)
         prefill_s = time.perf_counter() - t0
+        await system.settle(slot)
+        lockstep.gate()  # the prefill's own segment: its writes settle before the blocks
         w1[str(n)] = await _turns(system, slot, turns, cap_s, block)
         w1[str(n)]["prefill_s"] = prefill_s
         await system.settle(slot)
@@ -45,23 +48,34 @@ async def _turns(
 ) -> dict[str, Any]:
     parts: dict[str, list[float]] = {}
     totals: list[float] = []
+    spans: list[list[float]] = []  # lockstep: each block's start and end (monotonic)
+    paired = lockstep.active()
     await timed_turn(system, slot, 0)  # warm-up (connections, caches)
     deadline = time.monotonic() + cap_s
+    waited = 0.0  # at gates: not this process's time
+    capped = False
+    started = time.monotonic()
     for i in range(1, turns + 1):
-        step = await timed_turn(system, slot, i)
-        totals.append(sum(v for k, v in step.items() if k in ("save", "fetch")))
-        for key, value in step.items():
-            parts.setdefault(key, []).append(value)
-        if time.monotonic() > deadline:
+        if not capped:
+            step = await timed_turn(system, slot, i)
+            totals.append(sum(v for k, v in step.items() if k in ("save", "fetch")))
+            for key, value in step.items():
+                parts.setdefault(key, []).append(value)
+            capped = time.monotonic() - waited > deadline
+        if capped and not paired:
             break
-        if i % block == 0 and lockstep.active():
+        if paired and i % block == 0:
+            spans.append([started, time.monotonic()])
             await system.settle(slot)  # a queued compression is not left to run meanwhile
+            at = time.monotonic()
             lockstep.gate()
+            started = time.monotonic()
+            waited += started - at
     result: dict[str, Any] = {"turn": ms(totals), "capped": len(totals) < turns, "asked": turns}
-    # Block medians (ms), for the ratio to a floor run in lockstep beside this process.
-    blocks = lockstep.blocks_of(totals, block) if lockstep.active() else None
-    result["blocks"] = None if blocks is None else [b * 1000 for b in blocks]
     result.update({key: ms(values) for key, values in parts.items()})
+    # Block medians (ms) and times, for the ratio to a floor run in lockstep beside it.
+    blocks = [b * 1000 for b in lockstep.blocks_of(totals, block)] if paired else None
+    result["blocks"], result["spans"] = blocks, spans[: len(blocks)] if blocks else None
     return result
 
 

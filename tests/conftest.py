@@ -3,6 +3,7 @@ and fail instead under ``CI=true``, where every service must be there."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import re
@@ -57,6 +58,18 @@ def _fresh_tail_cache() -> None:
     from squad_memory import tails
 
     tails.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_worker_thread_connections(django_db_setup: None) -> Iterator[None]:
+    """At the end, close the Django connections of asgiref's worker thread (async tests
+    run sync code there, and its connections outlive them), so the test database can be
+    dropped: PostgreSQL refuses while a session still uses it."""
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    asyncio.run(sync_to_async(connections.close_all)())
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ Timings are not asserted (they depend on the machine); presence and shape are.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -127,23 +128,38 @@ def test_floor_ratios_log_bytes_and_pgbouncer_are_reported(quick_run: dict[str, 
     for sid in ("sm-inline-sqlite", "sm-inline-postgresql", "as-libsql"):
         assert all(_is_figure(r) for r in ratios[sid].values()), sid
     assert all(r == 1.0 for r in ratios["floor-postgresql"].values())
+    rounds = QUICK["floor_rounds"]
+    runs = {"floor-sqlite": rounds, "floor-postgresql": 1 + 2 * (rounds - 1)}  # once per pair
     for sid in ("floor-sqlite", "sm-inline-sqlite", "floor-postgresql", "sm-inline-postgresql"):
         for n, figures in quick_run["systems"][sid]["W1"].items():  # merged rounds
-            assert len(figures["turn"]["rounds"]) == QUICK["floor_rounds"], (sid, n)
+            assert len(figures["turn"]["rounds"]) == runs.get(sid, rounds), (sid, n)
             assert min(figures["turn"]["rounds"]) <= figures["turn"]["median"]
             assert figures["turn"]["median"] <= max(figures["turn"]["rounds"])
-            # The first round ran alone; the second in lockstep, with a median per block.
-            first, second = figures["blocks"]
-            assert first is None, (sid, n)
-            blocks = QUICK["turns"] // QUICK["block"]
-            assert len(second) == blocks and all(b > 0 for b in second), (sid, n)
-    pairs = (("sm-inline-sqlite", "floor-sqlite"), ("sm-inline-postgresql", "floor-postgresql"))
-    for sid, floor in pairs:
-        for n, ratio in ratios[sid].items():  # the blocks' ratios, not the rounds'
-            mine = quick_run["systems"][sid]["W1"][n]["blocks"][1]
-            theirs = quick_run["systems"][floor]["W1"][n]["blocks"][1]
-            paired = zip(mine, theirs, strict=True)
-            assert ratio == statistics.median(a / b for a, b in paired), (sid, n)
+            # The first round ran alone; the others in lockstep, with a median per block.
+            assert figures["blocks"][0] is None and figures["spans"][0] is None, (sid, n)
+            for blocks in figures["blocks"][1:]:
+                assert len(blocks) == QUICK["turns"] // QUICK["block"], (sid, n)
+    # Each system's block i ran right before or after its floor's block i, never at once.
+    pairs = (
+        ("sm-inline-sqlite", "floor-sqlite", 1),
+        ("sm-inline-postgresql", "floor-postgresql", 1),
+        ("sm-celery-postgresql", "floor-postgresql", 2),
+    )
+    for sid, floor, index in pairs:
+        for n, ratio in ratios[sid].items():
+            mine, theirs = (quick_run["systems"][s]["W1"][n] for s in (sid, floor))
+            spans = [(*span, "s", i) for i, span in enumerate(mine["spans"][1])]
+            spans += [(*span, "f", i) for i, span in enumerate(theirs["spans"][index])]
+            spans.sort()
+            for a, b in itertools.pairwise(spans):
+                assert a[1] <= b[0], (sid, n, "two blocks at once")
+            where = {(who, i): k for k, (_, _, who, i) in enumerate(spans)}
+            for i in range(len(mine["spans"][1])):
+                assert abs(where["s", i] - where["f", i]) == 1, (sid, n, i)
+            # The ratio is the median of those blocks' ratios.
+            paired = zip(mine["blocks"][1], theirs["blocks"][index], strict=True)
+            assert mine["block_ratios"] == [a / b for a, b in paired], (sid, n)
+            assert ratio == statistics.median(mine["block_ratios"]), (sid, n)
     fill = quick_run["W6"]["fill"]
     assert fill["raw_rows"] == QUICK["slots"] * 42 and fill["raw_bytes"] > 0
     assert fill["log_rows"] >= QUICK["slots"] and fill["log_bytes"] > 0

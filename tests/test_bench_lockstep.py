@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from bench import lockstep
 
@@ -59,26 +62,62 @@ def test_a_child_that_finishes_early_leaves_the_others_running(tmp_path: Path) -
     ]
 
 
-def test_a_failing_child_stops_the_round_without_hanging(tmp_path: Path) -> None:
-    (tmp_path / "bad.py").write_text("import sys; sys.exit(3)\n")
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
+def _commands(
+    tmp_path: Path, scripts: dict[str, str]
+) -> list[tuple[list[str], dict[str, str], Path]]:
     root = Path(__file__).resolve().parent.parent
     env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
-    log = tmp_path / "events.log"
+    commands = []
+    for name, text in scripts.items():
+        (tmp_path / f"{name}.py").write_text(text)
+        commands.append(
+            ([sys.executable, str(tmp_path / f"{name}.py")], env, tmp_path / f"{name}.log")
+        )
+    return commands
+
+
+GATES = "from bench import lockstep\nfor _ in range({n}):\n    lockstep.gate()\n"
+
+
+def test_a_child_failing_between_gates_ends_the_round(tmp_path: Path) -> None:
+    started = time.monotonic()
     codes = lockstep.run(
-        [
-            ([sys.executable, str(tmp_path / "bad.py")], env, tmp_path / "bad.log"),
-            ([sys.executable, str(script), "system", str(log), "2"], env, tmp_path / "s.log"),
-        ],
+        _commands(
+            tmp_path,
+            {
+                "bad": GATES.format(n=2) + "raise SystemExit(3)\n",
+                "good": GATES.format(n=1000) + "open('finished', 'w').close()\n",
+            },
+        ),
         tmp_path,
     )
-    assert codes == [3, 0]
+    assert codes[0] == 3 and codes[1] != 0  # the other stopped at its next gate
+    assert not (tmp_path / "finished").exists()
+    assert time.monotonic() - started < 30
 
 
-def test_block_ratio_pairs_blocks_of_lockstep_rounds_only() -> None:
-    mine = {"blocks": [None, [2.0, 3.0, 9.0], [4.0]]}
-    floor = {"blocks": [[1.0], [1.0, 1.0, 1.0], [2.0]]}
-    assert lockstep.block_ratio(mine, floor) == 2.5  # median of 2, 3, 9, 2
-    assert lockstep.block_ratio({"blocks": [None]}, {"blocks": [[1.0]]}) is None
+def test_a_segment_over_the_timeout_kills_the_round(tmp_path: Path) -> None:
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="lockstep segment"):
+        lockstep.run(
+            _commands(
+                tmp_path,
+                {
+                    "floor": GATES.format(n=3),
+                    "stuck": GATES.format(n=1) + "import time\ntime.sleep(60)\n",
+                },
+            ),
+            tmp_path,
+            timeout=1.0,
+        )
+    assert time.monotonic() - started < 30  # killed, not waited for
+
+
+def test_block_ratios_pair_blocks_of_one_lockstep_round() -> None:
+    mine = {"blocks": [2.0, 3.0, 9.0], "capped": False}
+    floor = {"blocks": [1.0, 1.5, 3.0], "capped": False}
+    assert lockstep.block_ratios(mine, floor) == [2.0, 2.0, 3.0]
+    assert lockstep.block_ratios({"blocks": None}, floor) == []  # not in lockstep
+    assert lockstep.block_ratios({"blocks": [2.0]}, floor) == []  # blocks that do not pair
+    assert lockstep.block_ratios(dict(mine, capped=True), floor) == []  # a time cap reached
     assert lockstep.blocks_of([1, 2, 3, 10, 20, 30, 7], 3) == [2, 20]
