@@ -196,7 +196,8 @@ def method(r: dict[str, Any]) -> list[str]:
         "warm-up turn.",
         f"- W1: {p['turns']} timed turns per N, each system and N capped at {p['cap_s']:.0f} s "
         f"(a capped row says how many turns it got). W2: {p['fetches']} `fetch_chat` calls "
-        "per N after W1, once nothing is pending.",
+        "per N after W1 at every N, once nothing is pending, taken in turn across the N "
+        "(100, 1,000, 10,000, 100, ...) so that a drift of the machine touches every N alike.",
         "- squad_memory and agent-squad are driven through the async `ChatStorage` contract, "
         "as agent-squad's orchestrator does (squad_memory's turn runs on the event loop "
         "through its native path, `squad_memory.native`); the bare ORM through "

@@ -22,11 +22,13 @@ async def history_growth(
 ) -> dict[str, Any]:
     """W1 and W2: per-turn cost and ``fetch_chat`` cost at each stored history size N.
 
-    In a lockstep round (:mod:`bench.lockstep`) the process waits at a gate before and
-    after each N's prefill and after each block of turns, with nothing of its own still
+    W2 comes after W1 at every N, its fetches taken in turn across the sizes, so that a
+    drift of the machine's speed touches every N alike. In a lockstep round
+    (:mod:`bench.lockstep`) the process waits at a gate before and after each N's
+    prefill, after each block of turns and before W2, with nothing of its own still
     running; a process that reached the time cap keeps passing its gates."""
     w1: dict[str, Any] = {}
-    w2: dict[str, Any] = {}
+    slots: dict[int, SlotId] = {}
     for n in sizes:
         slot: SlotId = (run, f"n{n}", "agent")
         lockstep.gate()
@@ -37,10 +39,11 @@ async def history_growth(
         lockstep.gate()  # the prefill's own segment: its writes settle before the blocks
         w1[str(n)] = await _turns(system, slot, turns, cap_s, block)
         w1[str(n)]["prefill_s"] = prefill_s
+        slots[n] = slot
+    for slot in slots.values():
         await system.settle(slot)
-        lockstep.gate()
-        w2[str(n)] = await _fetches(system, slot, fetches, cap_s)
-    return {"W1": w1, "W2": w2}
+    lockstep.gate()
+    return {"W1": w1, "W2": await _fetches(system, slots, fetches, cap_s)}
 
 
 async def _turns(
@@ -79,17 +82,26 @@ async def _turns(
     return result
 
 
-async def _fetches(system: System, slot: SlotId, count: int, cap_s: float) -> dict[str, Any]:
-    values: list[float] = []
-    deadline = time.monotonic() + cap_s
+async def _fetches(
+    system: System, slots: dict[int, SlotId], count: int, cap_s: float
+) -> dict[str, Any]:
+    """``count`` fetches of each slot, one slot after the other (N=100, 1,000, 10,000,
+    100, ...); a slot's fetches stop once they took ``cap_s`` seconds in all."""
+    values: dict[int, list[float]] = {n: [] for n in slots}
+    spent = dict.fromkeys(slots, 0.0)
     for _ in range(count):
-        t0 = time.perf_counter()
-        await system.fetch(slot)
-        values.append(time.perf_counter() - t0)
-        if time.monotonic() > deadline:
-            break
-    result: dict[str, Any] = ms(values)
-    result["capped"] = len(values) < count
+        for n, slot in slots.items():
+            if spent[n] > cap_s:
+                continue
+            t0 = time.perf_counter()
+            await system.fetch(slot)
+            took = time.perf_counter() - t0
+            values[n].append(took)
+            spent[n] += took
+    result: dict[str, Any] = {}
+    for n, found in values.items():
+        result[str(n)] = ms(found)
+        result[str(n)]["capped"] = len(found) < count
     return result
 
 
