@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import select
+import statistics
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -151,8 +152,6 @@ def block_ratios(mine: dict[str, Any], floor: dict[str, Any]) -> list[float]:
 
 def blocks_of(totals: list[float], block: int = BLOCK) -> list[float]:
     """The medians of consecutive blocks of ``block`` turns (a last partial one dropped)."""
-    import statistics
-
     return [
         statistics.median(totals[i : i + block]) for i in range(0, len(totals) - block + 1, block)
     ]

@@ -5,8 +5,6 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from bench.rounds import paired_ratio
-
 FLOORS = {"postgresql": "floor-postgresql", "sqlite": "floor-sqlite"}
 
 
@@ -30,15 +28,10 @@ def _w1(results: dict[str, Any], sid: str, n: int) -> dict[str, Any]:
     return results["systems"].get(sid, {}).get("W1", {}).get(str(n), {})  # type: ignore[no-any-return]
 
 
-def _turn_stats(results: dict[str, Any], sid: str, n: int) -> dict[str, Any]:
-    return _w1(results, sid, n).get("turn", {})  # type: ignore[no-any-return]
-
-
 def to_floor(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     """``{system: {N: turn / floor turn}}`` for every system with W1 figures: the median
-    of the blocks' ratios where both ran in lockstep rounds (:mod:`bench.lockstep`), else
-    of the rounds' ratios where both ran in rounds (:mod:`bench.rounds`), else median
-    turn / median floor turn."""
+    of the blocks' ratios where it ran in lockstep beside its floor (:mod:`bench.lockstep`),
+    else median turn / median floor turn."""
     sizes = results["params"]["sizes"]
     out: dict[str, dict[str, float | None]] = {}
     for sid, value in results["systems"].items():
@@ -48,13 +41,11 @@ def to_floor(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
         per: dict[str, float | None] = {}
         for n in sizes:
             blocks = _w1(results, sid, n).get("block_ratios")
-            paired = (
-                float(statistics.median(blocks))
-                if blocks
-                else paired_ratio(_turn_stats(results, sid, n), _turn_stats(results, floor, n))
-            )
             mine, base = turn(results, sid, n), turn(results, floor, n)
-            per[str(n)] = paired if paired else (mine / base if mine and base else None)
+            if blocks:
+                per[str(n)] = float(statistics.median(blocks))
+            else:
+                per[str(n)] = mine / base if mine and base else None
         out[sid] = per
     return out
 

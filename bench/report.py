@@ -151,7 +151,7 @@ def _rounds_note(r: dict[str, Any]) -> list[str]:
             "phase of the machine moves a block, not a ratio."
         )
     else:
-        note += " A ratio to the floor is the median of the rounds' ratios."
+        note += " A ratio to the floor is the median turn over the floor's median turn."
     return [note, ""]
 
 

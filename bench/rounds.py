@@ -68,12 +68,3 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
     stats["n"] = sum(p.get("n", 0) for p in parts)
     stats["rounds"] = [p["median"] for p in parts]
     return stats
-
-
-def paired_ratio(mine: dict[str, Any], floor: dict[str, Any]) -> float | None:
-    """The median over rounds of each round's ratio (the system against the floor measured
-    just before it, in the same phase of the machine); None without rounds."""
-    ours, theirs = mine.get("rounds"), floor.get("rounds")
-    if not ours or not theirs or len(ours) != len(theirs):
-        return None
-    return float(statistics.median(a / b for a, b in zip(ours, theirs, strict=True)))

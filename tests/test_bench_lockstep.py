@@ -10,6 +10,9 @@ import pytest
 
 from bench import lockstep
 
+#: The children's environment: the repository importable, nothing else inherited.
+ENV = {"PYTHONPATH": str(Path(__file__).resolve().parent.parent), "PATH": "/usr/bin:/bin"}
+
 CHILD = """
 import sys, time
 from bench import lockstep
@@ -28,10 +31,8 @@ def _run(tmp_path: Path, segments: dict[str, int]) -> tuple[list[int], list[list
     log = tmp_path / "events.log"
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    root = Path(__file__).resolve().parent.parent
-    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
     commands = [
-        ([sys.executable, str(script), name, str(log), str(count)], env, tmp_path / f"{name}.log")
+        ([sys.executable, str(script), name, str(log), str(count)], ENV, tmp_path / f"{name}.log")
         for name, count in segments.items()
     ]
     codes = lockstep.run(commands, tmp_path)
@@ -65,13 +66,11 @@ def test_a_child_that_finishes_early_leaves_the_others_running(tmp_path: Path) -
 def _commands(
     tmp_path: Path, scripts: dict[str, str]
 ) -> list[tuple[list[str], dict[str, str], Path]]:
-    root = Path(__file__).resolve().parent.parent
-    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
     commands = []
     for name, text in scripts.items():
         (tmp_path / f"{name}.py").write_text(text)
         commands.append(
-            ([sys.executable, str(tmp_path / f"{name}.py")], env, tmp_path / f"{name}.log")
+            ([sys.executable, str(tmp_path / f"{name}.py")], ENV, tmp_path / f"{name}.log")
         )
     return commands
 
