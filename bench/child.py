@@ -24,8 +24,9 @@ def make_system(name: str, spec: dict[str, Any], slow: bool = False) -> Any:
     factories = {
         "sm-inline": lambda: sm.SquadMemory("inline", summarizer),
         "sm-celery": lambda: sm.SquadMemory("celery", summarizer),
-        "floor": floor.DriverFloor,
-        "orm": sm.DjangoFloor,
+        "floor-django": floor.DjangoFloor,
+        "floor-driver": floor.DriverFloor,
+        "orm": sm.BareOrm,
         "as-inmemory": lambda: rivals.AgentSquadInMemory(slow),
         "as-libsql": lambda: rivals.AgentSquadLibsql(work / f"libsql-{spec['run']}.db", slow),
         "langchain": lambda: rivals.LangChainSummaryBuffer(work / f"langchain-{spec['run']}.db"),
@@ -82,6 +83,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         from bench import throughput
 
         return throughput.run(spec)
+    if kind == "cprofile":
+        from bench import turn_profile
+
+        return turn_profile.cprofile(spec["run"], spec["params"]["profile_turns"])
+    if kind == "caches":
+        from bench import turn_profile
+
+        return turn_profile.caches(spec["run"], spec["params"]["profile_turns"])
     if kind in ("memory-fill", "memory"):
         from bench import memory
 

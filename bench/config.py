@@ -11,9 +11,9 @@ KEEP_LAST = 2
 FULL: dict[str, Any] = {
     "sizes": [100, 1_000, 10_000],  # W1, W2: stored history N
     "turns": 200,  # W1: timed turns per N (after one warm-up turn)
-    "floor_rounds": 7,  # W1 rounds of the floors and the systems held against them
+    "floor_rounds": 5,  # W1 rounds of the floors and the systems held against them
     "block": 20,  # turns per lockstep block (bench.lockstep)
-    "cap_s": 45.0,  # W1, W2: time cap per system and N (LangChain at N = 10,000)
+    "cap_s": 20.0,  # W1, W2: time cap per system and N (LangChain, libsql at N = 10,000)
     "fetches": 50,  # W2: fetch_chat calls per N
     "latency_turns": 200,  # W3
     "slow_sleep": 1.0,  # W3: summarizer sleep (s)
@@ -55,8 +55,10 @@ SYSTEMS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("sm-inline-sqlite", "sm-inline", "sqlite", ("W1", "W2", "W3")),
     ("sm-inline-postgresql", "sm-inline", "postgresql", ("W1", "W2", "W3")),
     ("sm-celery-postgresql", "sm-celery", "postgresql", ("W1", "W2", "W3")),
-    ("floor-sqlite", "floor", "sqlite", ("W1", "W2")),
-    ("floor-postgresql", "floor", "postgresql", ("W1", "W2")),
+    ("floor-django-sqlite", "floor-django", "sqlite", ("W1", "W2")),
+    ("floor-django-postgresql", "floor-django", "postgresql", ("W1", "W2")),
+    ("floor-driver-sqlite", "floor-driver", "sqlite", ("W1", "W2")),
+    ("floor-driver-postgresql", "floor-driver", "postgresql", ("W1", "W2")),
     ("orm-sqlite", "orm", "sqlite", ("W1", "W2")),
     ("orm-postgresql", "orm", "postgresql", ("W1", "W2")),
     ("as-inmemory", "as-inmemory", "none", ("W1", "W2", "W3")),

@@ -1,11 +1,11 @@
-"""Lockstep: a floor and a system held against it take turns, block by block.
+"""Lockstep: a system and the floors it is held against take turns, block by block.
 
 On a shared machine the CPU's speed drifts, by up to 2x within a second, more than
 the difference being measured. Two processes measured seconds apart, even in
 alternating rounds, can land in different phases. In a lockstep round the floor's
 process and the system's run side by side but never at once: each runs one block of
-``block`` turns, then waits at a gate while the other runs its block; the order
-turns around every cycle (floor, system | system, floor | ...). Block ``i`` of the
+``block`` turns, then waits at a gate while the others run theirs; the order turns
+around every cycle (floor, system | system, floor | ...). Block ``i`` of the
 system and block ``i`` of the floor are then milliseconds apart, in the same phase of
 the machine, and the ratio to the floor is the median of the blocks' ratios
 (:func:`block_ratios`).
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import select
-import statistics
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -148,10 +147,3 @@ def block_ratios(mine: dict[str, Any], floor: dict[str, Any]) -> list[float]:
     if mine.get("capped") or floor.get("capped"):
         return []
     return [a / b for a, b in zip(ours, theirs, strict=True) if b > 0]
-
-
-def blocks_of(totals: list[float], block: int = BLOCK) -> list[float]:
-    """The medians of consecutive blocks of ``block`` turns (a last partial one dropped)."""
-    return [
-        statistics.median(totals[i : i + block]) for i in range(0, len(totals) - block + 1, block)
-    ]

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from bench import conversation
-from bench.sm import FAST, DjangoFloor, bulk_history
+from bench.sm import FAST, BareOrm, bulk_history
 from bench.stats import ms
 from squad_memory.models import Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
@@ -92,7 +92,7 @@ def sync_saves(run: str, n: int, saves: int) -> dict[str, Any]:
     wrapper = SummarizingChatStorage(DjangoChatStorage(), FAST, 20, 2, mode="inline")
     key = _slot(run, f"sync-{n}", n)
     wrapper.fetch_chat_sync(*key)
-    floor = DjangoFloor()
+    floor = BareOrm()
     fkey = (run, f"floor-sync-{n}", "agent")
     floor._prefill(fkey, n)
     wrap_t, floor_t, select_t, fetch_t = [], [], [], []

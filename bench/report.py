@@ -8,7 +8,7 @@ from typing import Any
 
 from bench import plots
 from bench.config import TRIGGER_AT
-from bench.ratios import FLOORS, database_of, to_floor
+from bench.ratios import DRIVER_FLOORS, FLOORS, database_of, flatness, to_floor
 from bench.targets import SM, evaluate
 
 QUICK_NOTE = " (quick smoke run: sizes too small to judge)"
@@ -89,7 +89,11 @@ def w1(r: dict[str, Any]) -> list[str]:
         "## W1: one turn as the stored history grows",
         "",
         "A turn is save user message, save answer, fetch "
-        "(ms, median over the turns; p90 in brackets).",
+        "(ms, median over the turns; p90 in brackets). Each N's slot is prefilled first; "
+        f"then the turns run in cycles, one block of {r['params'].get('block')} turns at each "
+        "N in turn, so the last column is paired in time: the median, over the cycles, of "
+        "a block's median turn at the largest N over the block's at the smallest N of the "
+        "same cycle (where a time cap left no whole blocks, the medians' ratio).",
         "",
         *_rounds_note(r),
     ]
@@ -102,9 +106,7 @@ def w1(r: dict[str, Any]) -> list[str]:
             d = v["W1"].get(str(n))
             cap = f", {d['turn']['n']}/{d['asked']} turns (time cap)" if d and d["capped"] else ""
             cells.append(f"{_f(d['turn']['median'])} ({_f(d['turn']['p90'])}){cap}" if d else "-")
-        big, small = v["W1"].get(str(max(sizes))), v["W1"].get(str(min(sizes)))
-        ratio = big["turn"]["median"] / small["turn"]["median"] if big and small else None
-        rows.append([_label(r, sid), *cells, ratio])
+        rows.append([_label(r, sid), *cells, flatness(r, sid, min(sizes), max(sizes))])
     lines += _table(
         ["system", *[f"N={n:,}" for n in sizes], f"N={max(sizes):,} / N={min(sizes):,}"], rows
     )
@@ -123,7 +125,7 @@ def w1(r: dict[str, Any]) -> list[str]:
 
 
 def _rounds_note(r: dict[str, Any]) -> list[str]:
-    from bench.rounds import ROUND_SYSTEMS
+    from bench.rounds import ROUND_GROUPS, ROUND_SYSTEMS
 
     count = r["params"].get("floor_rounds", 1)
     if count <= 1:
@@ -131,24 +133,27 @@ def _rounds_note(r: dict[str, Any]) -> list[str]:
     names = ", ".join(f"`{sid}`" for sid in ROUND_SYSTEMS if sid in r["systems"])
     note = (
         f"The floors and the systems held against them ({names}) ran W1 in {count} "
-        "alternating rounds, each a fresh process on fresh slots; their figures are the "
+        "rounds, each a fresh process on fresh slots; their figures are the "
         "median of the rounds' figures (per-round medians of the turn in results.json, "
         "`rounds`)."
     )
     blocks = sum(
-        len(figures.get("block_ratios") or [])
+        len(values)
         for sid in ROUND_SYSTEMS
         for figures in r["systems"].get(sid, {}).get("W1", {}).values()
+        for values in (figures.get("block_ratios") or {}).values()
     )
     if blocks:
+        groups = "; ".join(" | ".join(f"`{sid}`" for sid in group) for group in ROUND_GROUPS)
         note += (
-            " After the first, each round ran each system in lockstep beside its floor: "
-            "the two processes side by side but never at once, one block of "
-            f"{r['params'].get('block')} turns each in turn, so a block of the system and "
-            "the floor's block beside it are milliseconds apart, in the same phase of the "
-            "machine. A ratio to the floor is the median of those blocks' ratios "
-            f"({blocks} blocks in all; per N in results.json, `block_ratios`), so a slow "
-            "phase of the machine moves a block, not a ratio."
+            " After the first, each round ran each system in lockstep beside its floors "
+            f"({groups}): the processes side by side but never at once, one block of "
+            f"{r['params'].get('block')} turns each in turn, the order turned around every "
+            "cycle, the system in the middle, so each block of the system and the floors' "
+            "blocks beside it are milliseconds apart, in the same phase of the machine. A "
+            "ratio to a floor is the median of those blocks' ratios "
+            f"({blocks} block ratios in all; per N and floor in results.json, "
+            "`block_ratios`), so a slow phase of the machine moves a block, not a ratio."
         )
     else:
         note += " A ratio to the floor is the median turn over the floor's median turn."
@@ -188,22 +193,31 @@ def ratios(r: dict[str, Any]) -> list[str]:
 
 
 def floor_ratios(r: dict[str, Any]) -> list[str]:
-    """Every system's turn / the plain driver's turn on the database it is held against."""
+    """Every system's turn / the floors' turns on the database it is held against."""
     sizes = r["params"]["sizes"]
     lines = [
-        "### Ratio to the floor (system turn / plain driver turn; 1 = the floor)",
+        "### Ratio to the floor (system turn / floor turn; 1 = the floor)",
         "",
-        "The floor is psycopg (PostgreSQL systems) or sqlite3 in WAL with `synchronous=NORMAL` "
-        "(every other system) doing the same turn on the same rows, in a copy of "
-        "squad_memory's message table made from the live schema (same columns, constraints "
-        "and indexes, the search index included): two single-row INSERTs, "
-        f"each committed, then one SELECT of the slot's newest {2 * TRIGGER_AT} rows decoded "
-        "into dicts, no thread hop.",
+        "The floor is the least any Django app pays to serve agent-squad's async API: the "
+        "same turn on the same rows, as bare statements through Django's connection "
+        "(`django.db.connection.cursor()`, Django's autocommit) with one `sync_to_async` "
+        "hop per call, in a copy of squad_memory's message table made from the live schema "
+        "(same columns, constraints and indexes, the search index included): two "
+        f"single-row INSERTs, each committed, then one SELECT of the slot's newest "
+        f"{2 * TRIGGER_AT} rows decoded into dicts. In brackets, for information, the plain "
+        "driver doing the same with no Django and no thread hop: psycopg (PostgreSQL "
+        "systems) or sqlite3 in WAL with `synchronous=NORMAL` (every other system), on a "
+        "copy of its own. Every other system is held against SQLite's floors.",
         "",
     ]
+    django, driver = to_floor(r), to_floor(r, DRIVER_FLOORS)
     rows = [
-        [_label(r, sid), FLOORS[database_of(sid)], *per.values()]
-        for sid, per in to_floor(r).items()
+        [
+            _label(r, sid),
+            f"{FLOORS[database_of(sid)]} ({DRIVER_FLOORS[database_of(sid)]})",
+            *[f"{_f(per[str(n)])} ({_f(driver[sid][str(n)])})" for n in sizes],
+        ]
+        for sid, per in django.items()
     ]
     return [*lines, *_table(["system", "floor", *[f"N={n:,}" for n in sizes]], rows), ""]
 
@@ -213,7 +227,7 @@ def w2(r: dict[str, Any]) -> list[str]:
     lines = [
         "## W2: fetch_chat on an active buffer as N grows",
         "",
-        "ms, median (p90). The floor selects the newest 40 rows, the bare ORM one row; "
+        "ms, median (p90). The floors select the newest 40 rows, the bare ORM one row; "
         "LangChain loads its memory variables.",
         "",
     ]

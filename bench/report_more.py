@@ -157,8 +157,9 @@ def log_bytes(w: dict[str, Any]) -> list[str]:
         "### Compression log against raw messages",
         "",
         f"Each slot filled in bulk, then activated by one `fetch_chat` (one compression each, "
-        f"{_f(fill['activate_s'])} s for all). Bytes: every column's value as text, summed over "
-        "the run's rows; the table size is the whole table on disk (all runs, indexes, TOAST).",
+        f"{_f(fill['activate_s'])} s for all in {fill.get('activators', 1)} process(es) at "
+        "once). Bytes: every column's value as text, summed over the run's rows; the table "
+        "size is the whole table on disk (all runs, indexes, TOAST).",
         "",
         *_table(["", "rows", "MB (the run's rows)", "table size MB"], rows),
         "",
@@ -191,27 +192,39 @@ def method(r: dict[str, Any]) -> list[str]:
         "(with the orchestrator's default of 100, agent-squad's InMemory store would keep "
         "only 100 messages).",
         "- Histories are pre-filled in bulk (ORM `bulk_create`, `executemany` into libsql's "
-        "and the floor's tables, LangChain's `add_messages`), then the buffer is activated "
+        "and the floors' tables, LangChain's `add_messages`), then the buffer is activated "
         "by one fetch (one compression), before timing. Each system and N runs one untimed "
         "warm-up turn.",
-        f"- W1: {p['turns']} timed turns per N, each system and N capped at {p['cap_s']:.0f} s "
-        f"(a capped row says how many turns it got). W2: {p['fetches']} `fetch_chat` calls "
-        "per N after W1 at every N, once nothing is pending, taken in turn across the N "
-        "(100, 1,000, 10,000, 100, ...) so that a drift of the machine touches every N alike.",
+        f"- W1: {p['turns']} timed turns per N, in cycles of one block of {p.get('block')} "
+        "turns at each N in turn; each system and N capped at "
+        f"{p['cap_s']:.0f} s of turns (a capped row says how many turns it got). "
+        f"W2: {p['fetches']} `fetch_chat` calls per N after W1 at every N, once nothing is "
+        "pending, taken in turn across the N (100, 1,000, 10,000, 100, ...) so that a drift "
+        "of the machine touches every N alike.",
         "- squad_memory and agent-squad are driven through the async `ChatStorage` contract, "
-        "as agent-squad's orchestrator does (squad_memory's turn runs on the event loop "
-        "through its native path, `squad_memory.native`); the bare ORM through "
-        "`sync_to_async`, as Django requires of async code; the floor calls its driver "
-        "directly (no thread hop). Each system runs "
-        "in a fresh process; Celery mode uses a real `python -m celery -A project worker` "
-        "(concurrency 1) on Redis.",
-        "- SQLite files (squad_memory, the floor, libsql, LangChain) live on the same disk; "
+        "as agent-squad's orchestrator does: each of squad_memory's async methods is one "
+        "`sync_to_async` hop of its sync twin, every statement through Django's connection. "
+        "Django's floor makes one `sync_to_async` hop per call (one statement each) through "
+        "Django's cursor, the bare ORM one per ORM call; the plain-driver floor calls its driver "
+        "directly (no thread hop). Each system runs in a fresh process; Celery mode uses a "
+        "real `python -m celery -A project worker` (concurrency 1) on Redis.",
+        "- SQLite files (squad_memory, the floors, libsql, LangChain) live on the same disk; "
         "PostgreSQL runs with its default durability (fsync, synchronous_commit on), so "
         "commit flushes weigh on every database-backed figure. Django's PostgreSQL "
-        "connections (the ORM's and squad_memory's own) run with `server_side_binding` and "
-        "`prepare_threshold` 5, psycopg's default, which the floor's plain psycopg "
-        "connection has too; the PgBouncer rounds run with Django's defaults (client-side "
+        "connection (squad_memory's, Django's floor's and the ORM's) runs with "
+        "`server_side_binding` and `prepare_threshold` 5, psycopg's default, which the "
+        "plain-driver floor's psycopg connection has too; SQLite's Django connection runs "
+        "in WAL with `synchronous=NORMAL` (the demo project's settings), as the plain "
+        "driver's does; the PgBouncer rounds run with Django's defaults (client-side "
         "binding, no prepared statements). Other processes were running "
         "on the machine: see the load average above.",
+        "- To iterate on the turn's speed: `.venv/bin/python -m bench --turn-profile` "
+        "(under a minute) prints, on SQLite and PostgreSQL, the median ms of each step of "
+        "a turn (save user, save answer, fetch) for squad_memory, Django's floor and the "
+        "plain driver, run in one lockstep round at N=100 and 10,000, and squad_memory's "
+        "ratio to Django's floor per step and per turn; `--cprofile` adds a cProfile of "
+        "squad_memory's turn (through the sync twins) with the share of time in "
+        "squad_memory, Django, the driver and the rest. Set `BENCH_DATABASE_URL` for its "
+        "PostgreSQL database as for a run.",
         "",
     ]

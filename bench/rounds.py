@@ -1,13 +1,12 @@
 """W1 again, in rounds, for the systems held against a floor, and the rounds merged.
 
-The plain driver's turn and squad_memory's are measured in separate processes, some
-seconds apart; on a shared machine the speed of the CPU can drift between the two
-more than the difference being measured. So the floors and the systems held against
-them run W1 again in alternation (floor, system, floor, system, ...), each round a
+The floor and squad_memory are measured in separate processes; on a shared machine
+the speed of the CPU can drift between the two more than the difference being
+measured. So the floors and the systems held against them run W1 again, each round a
 fresh process on a fresh slot, and every figure of W1 becomes the median of the
 rounds' figures: one slow phase moves one round, not the ratio. The rounds after the
-first run in lockstep (:mod:`bench.lockstep`): each system beside its floor, one
-block of turns at a time, and the ratio to the floor is taken block by block.
+first run in lockstep (:mod:`bench.lockstep`): each system beside its floors, one
+block of turns at a time, and a ratio to a floor is taken block by block.
 """
 
 from __future__ import annotations
@@ -15,14 +14,21 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-#: The systems run in rounds, each in lockstep beside the floor it is held against
-#: (a floor runs once per system in a round).
-ROUND_PAIRS = (
-    ("floor-sqlite", "sm-inline-sqlite"),
-    ("floor-postgresql", "sm-inline-postgresql"),
-    ("floor-postgresql", "sm-celery-postgresql"),
+#: The groups run in lockstep in each round after the first: Django's floor, the system
+#: held against it, then (for information) the plain driver's floor. The system runs in
+#: the middle, so its every block runs right before or after a block of each floor (the
+#: order turns around every cycle). A floor runs once per group it is in. Celery mode
+#: is held against Django's floor only (its plain-driver ratio is the medians' ratio).
+ROUND_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("floor-django-sqlite", "sm-inline-sqlite", "floor-driver-sqlite"),
+    ("floor-django-postgresql", "sm-inline-postgresql", "floor-driver-postgresql"),
+    ("floor-django-postgresql", "sm-celery-postgresql"),
 )
-ROUND_SYSTEMS = tuple(dict.fromkeys(sid for pair in ROUND_PAIRS for sid in pair))
+ROUND_SYSTEMS = tuple(dict.fromkeys(sid for group in ROUND_GROUPS for sid in group))
+
+
+def is_floor(sid: str) -> bool:
+    return sid.startswith("floor-")
 
 
 def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -35,6 +41,8 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for key, value in per[0].items():
             if key in ("blocks", "spans"):  # per round: its blocks (None outside lockstep)
                 out[key] = [p.get(key) for p in per]
+            elif key == "flat_ratios":  # every round's, together
+                out[key] = [r for p in per for r in p.get(key) or []]
             elif isinstance(value, dict) and "median" in value:
                 out[key] = merge_stats([p[key] for p in per if key in p])
             elif isinstance(value, bool):

@@ -41,7 +41,7 @@ class Runner:
             SQUAD_MEMORY_VAR_DIR=str(self.work),
             CELERY_BROKER_URL=services.REDIS_URL,
             BENCH_SUMMARIZER_SLEEP="0",
-            BENCH_SLOW_SLEEP=str(self.params["slow_sleep"]),
+            BENCH_SLOW_SLEEP=str(self.params.get("slow_sleep", 1.0)),
             PYTHONWARNINGS="ignore",
         )
         env.update(extra)
@@ -137,46 +137,55 @@ class Runner:
 
     def floor_rounds(self, count: int) -> None:
         """W1 and W2 of the floors and the systems held against them, ``count`` rounds in
-        all: the pass above, then each system in lockstep beside its floor; merged
-        (:mod:`bench.rounds`), with each system's block ratios (:mod:`bench.lockstep`)."""
+        all: the pass above, then each group of :data:`bench.rounds.ROUND_GROUPS` in
+        lockstep; merged (:mod:`bench.rounds`), with each system's block ratios to every
+        floor of its group (:mod:`bench.lockstep`), ``block_ratios``: ``{floor: [...]}``."""
         from bench.lockstep import block_ratios
-        from bench.rounds import ROUND_PAIRS, merge, merge_w2
+        from bench.rounds import ROUND_GROUPS, is_floor, merge, merge_w2
 
         done = self.results["systems"]
-        pairs = [
-            (f, sid)
-            for f, sid in ROUND_PAIRS
-            if "W1" in done.get(f, {}) and "W1" in done.get(sid, {})
-        ]
-        runs = {sid: [done[sid]] for pair in pairs for sid in pair}
-        ratios: dict[str, dict[str, list[float]]] = {sid: {} for _, sid in pairs}
+        groups = [g for g in ROUND_GROUPS if all("W1" in done.get(sid, {}) for sid in g)]
+        runs = {sid: [done[sid]] for group in groups for sid in group}
+        ratios: dict[str, dict[str, dict[str, list[float]]]] = {}
         children = {sid: (child, database) for sid, child, database, _ in SYSTEMS}
         for number in range(2, count + 1):
-            for floor, sid in pairs:
-                specs = []
-                for one in (floor, sid):
-                    child, database = children[one]
-                    spec = {"kind": "system", "system": child, "workloads": ["W1", "W2"]}
-                    spec["run"] = f"{self.run_id}-round{number}-{sid}-{one}"
-                    specs.append((spec, database))
-                if children[sid][0] == "sm-celery":
-                    database = children[sid][1]
-                    with services.Worker(self.env(database), self.work / "celery-worker.log"):
-                        beside, mine = self.lockstep(specs)
-                else:
-                    beside, mine = self.lockstep(specs)
-                runs[floor].append(beside)
-                runs[sid].append(mine)
-                for n, figures in mine["W1"].items():
-                    found = block_ratios(figures, beside["W1"].get(n, {}))
-                    ratios[sid].setdefault(n, []).extend(found)
-        for sid, found in runs.items():
-            done[sid]["W1"] = merge([run["W1"] for run in found])
-            if all("W2" in run for run in found):
-                done[sid]["W2"] = merge_w2([run["W2"] for run in found])
-        for sid, per in ratios.items():
-            for n, values in per.items():
+            for group in groups:
+                found = self._group_round(group, number, children)
+                for sid, mine in zip(group, found, strict=True):
+                    runs[sid].append(mine)
+                    for floor, beside in zip(group, found, strict=True):
+                        if floor == sid or not is_floor(floor):
+                            continue
+                        per = ratios.setdefault(sid, {})
+                        for n, figures in mine["W1"].items():
+                            paired = block_ratios(figures, beside["W1"].get(n, {}))
+                            per.setdefault(n, {}).setdefault(floor, []).extend(paired)
+        for sid, found_runs in runs.items():
+            done[sid]["W1"] = merge([run["W1"] for run in found_runs])
+            if all("W2" in run for run in found_runs):
+                done[sid]["W2"] = merge_w2([run["W2"] for run in found_runs])
+        for sid, per_n in ratios.items():
+            for n, values in per_n.items():
                 done[sid]["W1"][n]["block_ratios"] = values
+
+    def _group_round(
+        self, group: tuple[str, ...], number: int, children: dict[str, tuple[str, str]]
+    ) -> list[dict[str, Any]]:
+        """One lockstep round of a group (W1 and W2); each member's result, in order."""
+        from bench.rounds import is_floor
+
+        system = next(sid for sid in group if not is_floor(sid))
+        specs = []
+        for one in group:
+            child, database = children[one]
+            spec = {"kind": "system", "system": child, "workloads": ["W1", "W2"]}
+            spec["run"] = f"{self.run_id}-round{number}-{system}-{one}"
+            specs.append((spec, database))
+        child, database = children[system]
+        if child == "sm-celery":
+            with services.Worker(self.env(database), self.work / "celery-worker.log"):
+                return self.lockstep(specs)
+        return self.lockstep(specs)
 
     def available(self, sid: str, database: str) -> bool:
         if database not in ("none", "sqlite") and database not in self.databases:

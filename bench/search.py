@@ -71,7 +71,7 @@ def message_rows(
     slot_ids: list[int], per_slot: int, rng: random.Random
 ) -> Iterator[tuple[Any, ...]]:
     """Rows for COPY: slot, seq, role, content (JSON), citations, timestamp, text, tokens."""
-    from squad_memory import tokens
+    from squad_memory.rules import estimate_tokens
 
     ranks = range(1, VOCABULARY + 1)
     weights = cumulative_weights()
@@ -84,7 +84,7 @@ def message_rows(
             role = "user" if seq % 2 else "assistant"
             content = json.dumps([{"text": text}])
             stamp += 1000
-            count = tokens.estimate({"role": role, "content": [{"text": text}], "citations": None})
+            count = estimate_tokens({"role": role, "content": [{"text": text}], "citations": None})
             yield slot_id, seq, role, content, None, stamp, text, count
 
 
@@ -198,8 +198,9 @@ def measure(users: int, slots: list[int], runs: int) -> dict[str, float]:
 
 def save_cost(runs: int) -> float:
     """Median ms of one save_chat_message through the storage, the index in place."""
+    from agent_squad.types import ConversationMessage
+
     import squad_memory
-    from squad_memory.messages import to_message
 
     storage = squad_memory.get_storage()
     rng = random.Random(3)
@@ -209,7 +210,7 @@ def save_cost(runs: int) -> float:
         state["i"] += 1
         role = "user" if state["i"] % 2 else "assistant"
         text = " ".join(word(rng.randint(1, VOCABULARY)) for _ in range(WORDS_PER_MESSAGE))
-        message = to_message({"role": role, "content": [{"text": text}]})
+        message = ConversationMessage(role=role, content=[{"text": text}])
         storage.save_chat_message_sync("bench-saver", "s", f"a{state['i'] // 500}", message)
 
     return statistics.median(timed(save, runs * 5))

@@ -12,7 +12,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sm_bench")
-REDIS_URL = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/2")
+#: The broker of the Celery runs (its database is flushed when a worker starts):
+#: ``BENCH_BROKER_URL``, else the tests' own Redis database (``TEST_REDIS_URL``).
+REDIS_URL = (
+    os.environ.get("BENCH_BROKER_URL")
+    or os.environ.get("TEST_REDIS_URL")
+    or "redis://127.0.0.1:6379/2"
+)
 
 
 def postgres() -> str | None:

@@ -1,4 +1,4 @@
-"""squad_memory under test (inline or Celery mode), and the bare Django ORM floor."""
+"""squad_memory under test (inline or Celery mode), and the bare Django ORM beside it."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def vendor() -> str:
 
 def analyze() -> None:
     """Planner statistics after a bulk prefill, as autovacuum would gather them (the
-    floor does the same for its table)."""
+    floors do the same for their tables)."""
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {Message._meta.db_table}")
 
@@ -84,8 +84,9 @@ def _pending(slot: SlotId) -> bool:
     return bool(row and row["pending_token"])
 
 
-class DjangoFloor(System):
-    """A bare ORM insert and select of one message row: the floor of any ORM-backed store."""
+class BareOrm(System):
+    """A bare ORM insert and select of one message row: what any ORM-backed store pays at least
+    for its rows (``Message.objects.create``, one ``values()`` row)."""
 
     def __init__(self) -> None:
         self.database = vendor()

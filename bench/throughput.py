@@ -24,11 +24,11 @@ ABORTED = -1  # a writer's error instead of a round number
 
 
 def _saver(target: str, key: tuple[str, str, str]) -> Callable[[int], int]:
-    from bench.sm import FAST, DjangoFloor
+    from bench.sm import FAST, BareOrm
     from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 
     if target.startswith("bare ORM"):
-        floor = DjangoFloor()
+        floor = BareOrm()
         floor._prefill(key, 0)
 
         def insert(i: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from typing import Any
 
@@ -22,63 +23,103 @@ async def history_growth(
 ) -> dict[str, Any]:
     """W1 and W2: per-turn cost and ``fetch_chat`` cost at each stored history size N.
 
-    W2 comes after W1 at every N, its fetches taken in turn across the sizes, so that a
-    drift of the machine's speed touches every N alike. In a lockstep round
-    (:mod:`bench.lockstep`) the process waits at a gate before and after each N's
-    prefill, after each block of turns and before W2, with nothing of its own still
-    running; a process that reached the time cap keeps passing its gates."""
-    w1: dict[str, Any] = {}
+    Every N's slot is prefilled first; then the turns run in cycles, one block of
+    ``block`` turns at each N in turn (N=100, 1,000, 10,000, 100, ...), so a block at
+    N=10,000 and the block at N=100 of the same cycle are milliseconds apart and their
+    ratio (``flat_ratios``) is paired in time, as a ratio to a floor is in lockstep. W2
+    comes after W1, its fetches taken in turn across the sizes for the same reason. In a
+    lockstep round (:mod:`bench.lockstep`) the process waits at a gate before each
+    prefill, before the turns, after each block and before W2, with nothing of its own
+    still running; a process that reached the time cap keeps passing its gates."""
     slots: dict[int, SlotId] = {}
+    prefill_s: dict[int, float] = {}
     for n in sizes:
         slot: SlotId = (run, f"n{n}", "agent")
         lockstep.gate()
         t0 = time.perf_counter()
         await system.prefill(slot, n)
-        prefill_s = time.perf_counter() - t0
+        prefill_s[n] = time.perf_counter() - t0
         await system.settle(slot)
-        lockstep.gate()  # the prefill's own segment: its writes settle before the blocks
-        w1[str(n)] = await _turns(system, slot, turns, cap_s, block)
-        w1[str(n)]["prefill_s"] = prefill_s
         slots[n] = slot
+    for slot in slots.values():
+        await timed_turn(system, slot, 0)  # warm-up (connections, caches)
+        await system.settle(slot)
+    lockstep.gate()  # the prefills' and warm-ups' own segment
+    w1 = await _turns(system, slots, turns, cap_s, block)
+    for n in sizes:
+        w1[str(n)]["prefill_s"] = prefill_s[n]
     for slot in slots.values():
         await system.settle(slot)
     lockstep.gate()
     return {"W1": w1, "W2": await _fetches(system, slots, fetches, cap_s)}
 
 
+class _Series:
+    """One N's timed turns: each step's times, and the turn times of each cycle."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[float]] = {}
+        self.cycles: list[list[float]] = []
+        self.spans: list[list[float]] = []  # each cycle's start and end (monotonic)
+        self.spent = 0.0
+
+    def add(self, step: dict[str, float]) -> None:
+        total = sum(v for k, v in step.items() if k in ("save", "fetch"))
+        self.cycles[-1].append(total)
+        self.spent += total
+        for key, value in step.items():
+            self.parts.setdefault(key, []).append(value)
+
+    def full(self, block: int) -> list[int]:
+        """The cycles that ran a whole block."""
+        return [c for c, totals in enumerate(self.cycles) if len(totals) == block]
+
+
 async def _turns(
-    system: System, slot: SlotId, turns: int, cap_s: float, block: int
+    system: System, slots: dict[int, SlotId], turns: int, cap_s: float, block: int
 ) -> dict[str, Any]:
-    parts: dict[str, list[float]] = {}
-    totals: list[float] = []
-    spans: list[list[float]] = []  # lockstep: each block's start and end (monotonic)
+    """``turns`` timed turns at each N, in cycles of one block per N; a N's turns stop
+    once they took ``cap_s`` seconds in all (its later blocks are empty)."""
     paired = lockstep.active()
-    await timed_turn(system, slot, 0)  # warm-up (connections, caches)
-    deadline = time.monotonic() + cap_s
-    waited = 0.0  # at gates: not this process's time
-    capped = False
-    started = time.monotonic()
-    for i in range(1, turns + 1):
-        if not capped:
-            step = await timed_turn(system, slot, i)
-            totals.append(sum(v for k, v in step.items() if k in ("save", "fetch")))
-            for key, value in step.items():
-                parts.setdefault(key, []).append(value)
-            capped = time.monotonic() - waited > deadline
-        if capped and not paired:
-            break
-        if paired and i % block == 0:
-            spans.append([started, time.monotonic()])
-            await system.settle(slot)  # a queued compression is not left to run meanwhile
-            at = time.monotonic()
-            lockstep.gate()
+    series = {n: _Series() for n in slots}
+    done = 0
+    while done < turns:
+        size = min(block, turns - done)
+        for n, slot in slots.items():
+            one = series[n]
+            one.cycles.append([])
             started = time.monotonic()
-            waited += started - at
+            for i in range(done + 1, done + size + 1):
+                if one.spent > cap_s:
+                    break
+                one.add(await timed_turn(system, slot, i))
+            one.spans.append([started, time.monotonic()])
+            if paired:
+                await system.settle(slot)  # a queued compression is not left to run meanwhile
+                lockstep.gate()
+        done += size
+    return {str(n): _figures(series, n, turns, block, paired) for n in slots}
+
+
+def _figures(
+    series: dict[int, _Series], n: int, turns: int, block: int, paired: bool
+) -> dict[str, Any]:
+    """One N's W1 figures: statistics of the turn and of each step; the medians of its
+    whole blocks (ms) and their spans, in lockstep, for the ratio to a floor run beside
+    it; and ``flat_ratios``: each whole block's median over the smallest N's block of the
+    same cycle."""
+    one, base = series[n], series[min(series)]
+    totals = [t for cycle in one.cycles for t in cycle]
     result: dict[str, Any] = {"turn": ms(totals), "capped": len(totals) < turns, "asked": turns}
-    result.update({key: ms(values) for key, values in parts.items()})
-    # Block medians (ms) and times, for the ratio to a floor run in lockstep beside it.
-    blocks = [b * 1000 for b in lockstep.blocks_of(totals, block)] if paired else None
-    result["blocks"], result["spans"] = blocks, spans[: len(blocks)] if blocks else None
+    result.update({key: ms(values) for key, values in one.parts.items()})
+    full = one.full(block)
+    medians = [statistics.median(one.cycles[c]) for c in full]
+    result["blocks"] = [m * 1000 for m in medians] if paired else None
+    result["spans"] = [one.spans[c] for c in full] if paired else None
+    both = [c for c in full if c in set(base.full(block))]
+    result["flat_ratios"] = [
+        statistics.median(one.cycles[c]) / statistics.median(base.cycles[c]) for c in both
+    ]
     return result
 
 

@@ -13,13 +13,18 @@ inline summarization and the offline summarizer, so it runs on a fresh machine.
   X-Forwarded-Proto from a TLS-terminating proxy
 
 - DATABASE_URL: postgres://, mysql://, sqlite:/// (default: var/db.sqlite3)
-- SQUAD_MEMORY_MODE: inline (default) or celery
+- SQUAD_MEMORY_MODE: inline (default; `make demo` uses tasks), tasks or celery
+- DJANGO_TASKS_BACKEND: the dotted path of the Tasks framework's backend in tasks mode (default:
+  django-tasks-db's DatabaseBackend, run by `manage.py db_worker`)
 - CELERY_BROKER_URL: redis://127.0.0.1:6379/0 or amqp://guest:guest@127.0.0.1:5672//
 - CELERY_VISIBILITY_TIMEOUT: Redis broker only, seconds before a killed worker's task
   is delivered again (default 3600)
 - SQUAD_MEMORY_SUMMARIZER: dotted path of the summarizer
-- API_THROTTLE_ANON, API_THROTTLE_USER, API_THROTTLE_COMPRESS: API rates such as
-  "30/minute" (defaults 30/minute, 600/minute, 10/minute), or "none"
+- API_THROTTLE_ANON, API_THROTTLE_USER, API_THROTTLE_COMPRESS, API_THROTTLE_SEARCH,
+  API_THROTTLE_AUTH_FAILURES: API rates such as "30/minute" (defaults 30/minute,
+  600/minute, 10/minute, 60/minute, 20/minute), or "none"
+- API_NUM_PROXIES: the reverse proxies in front of Django (default 0); the API counts
+  a client by the address the nearest of them saw (REST_FRAMEWORK["NUM_PROXIES"])
 - SQUAD_MEMORY_LLM_BACKEND (openai, anthropic), SQUAD_MEMORY_LLM_BASE_URL,
   SQUAD_MEMORY_LLM_API_KEY, SQUAD_MEMORY_LLM_MODEL, SQUAD_MEMORY_LLM_TIMEOUT:
   the LLM summarizer (squad_memory.summarizers.llm.summarize)
@@ -88,6 +93,17 @@ if API:
         "drf_spectacular_sidecar",  # Swagger UI and ReDoc served from static files
     ]
 
+# Django's Tasks framework (SQUAD_MEMORY_MODE=tasks; the django-tasks backport on Django
+# 5.2): compressions are rows of the database that `manage.py db_worker` runs, no broker.
+if importlib.util.find_spec("django_tasks_db") is not None:  # the tasks extra
+    INSTALLED_APPS.append("django_tasks_db")
+    TASKS = {
+        "default": {
+            "BACKEND": os.environ.get("DJANGO_TASKS_BACKEND", "django_tasks_db.DatabaseBackend"),
+            "QUEUES": [],  # any queue name
+        }
+    }
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -97,8 +113,6 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
-if API:  # first, so that every error under the API's prefix is JSON
-    MIDDLEWARE.insert(0, "squad_memory.api.errors.JSONErrorsMiddleware")
 
 ROOT_URLCONF = "project.urls"
 
@@ -145,6 +159,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # read-replica router tests send reads to (tests/test_replicas.py). Nothing uses it
     # unless a router does; under test it mirrors "default" (no second test database).
     DATABASES["replica"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+# A database of its own for squad_memory's tables, as a project's router may keep them:
+# tests/test_routing.py routes squad_memory's models here. Nothing uses it otherwise.
+DATABASES["memory"] = {
+    **DATABASES["default"],
+    "NAME": (
+        str(VAR_DIR / "memory.sqlite3")
+        if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
+        else f"{DATABASES['default']['NAME']}_memory"
+    ),
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     try:
         import pymysql
@@ -196,7 +220,9 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",  # the API's docs
+    # Proxies in front of Django: X-Forwarded-For names the client only behind them.
+    "NUM_PROXIES": int(os.environ.get("API_NUM_PROXIES", "0")),
     # Requests per client; "none" switches a rate off. 429 answers carry Retry-After.
     "DEFAULT_THROTTLE_RATES": {
         scope: None if rate.lower() == "none" else rate
@@ -204,19 +230,13 @@ REST_FRAMEWORK = {
             ("anon", os.environ.get("API_THROTTLE_ANON", "30/minute")),
             ("user", os.environ.get("API_THROTTLE_USER", "600/minute")),
             ("squad_memory_compress", os.environ.get("API_THROTTLE_COMPRESS", "10/minute")),
+            ("squad_memory_search", os.environ.get("API_THROTTLE_SEARCH", "60/minute")),
+            (
+                "squad_memory_auth_failures",
+                os.environ.get("API_THROTTLE_AUTH_FAILURES", "20/minute"),
+            ),
         )
     },
-}
-SPECTACULAR_SETTINGS = {
-    "TITLE": "squad_memory API",
-    "DESCRIPTION": "Conversations of agent-squad apps: slots, raw messages, summary buffers.",
-    "VERSION": "0.1.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "COMPONENT_SPLIT_REQUEST": True,
-    # /api/docs/ and /api/redoc/ load their JavaScript from this server, not a CDN.
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
 }
 
 # Celery (only used when SQUAD_MEMORY_MODE=celery).

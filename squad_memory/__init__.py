@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 if TYPE_CHECKING:
     from squad_memory.storage import SummarizingChatStorage
@@ -13,7 +13,7 @@ __all__ = ["__version__", "get_storage"]
 
 
 def get_storage() -> SummarizingChatStorage:
-    """The storage ``settings.SQUAD_MEMORY`` describes (a cached ``SummarizingChatStorage``)."""
+    """The ``SummarizingChatStorage`` ``settings.SQUAD_MEMORY`` describes."""
     from squad_memory.storage import get_storage as build
 
     return build()

@@ -1,9 +1,7 @@
-"""Who may read what: the same model permissions for the admin and the API.
-
-A staff user reads another user's slots with ``view_slot``, their raw messages (and the
-buffer built from them) with ``view_message``, and the compression log (before/after,
-summarizer errors) with ``view_compression``. As in Django's admin, the ``change_``
-permission of a model includes its ``view_`` permission.
+"""Who may read what, in the admin and the API alike: a staff user reads another user's
+slots with ``view_slot``, their raw messages (and buffers) with ``view_message``, and the
+compression log with ``view_compression``; a model's ``change_`` permission includes its
+``view_`` one, as in Django's admin.
 """
 
 from __future__ import annotations

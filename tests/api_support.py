@@ -45,9 +45,22 @@ def client_for(user: User | None) -> Any:
     return client
 
 
+#: What the offline summarizer leaves out of a message (it keeps the first sentence).
+SECOND_SENTENCE = (
+    "A second sentence that the offline summary leaves out, as it keeps only the first "
+    "sentence of each message it folds."
+)
+
+
+def text_of(i: int) -> str:
+    """The text of the ``i``-th message :func:`fill` stores: two sentences, so that the offline
+    summarizer, which keeps the first, makes a compression smaller than what it folds."""
+    return f"m{i}. {SECOND_SENTENCE}"
+
+
 def fill(user: User, count: int, session: str = "s1", agent: str = "a1") -> Slot:
     """A slot of ``user`` with ``count`` alternating messages, stored as a Python caller would."""
-    batch = [msg("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(count)]
+    batch = [msg("user" if i % 2 == 0 else "assistant", text_of(i)) for i in range(count)]
     storage = squad_memory.get_storage()
     for start in range(0, max(count, 1), 500):
         storage.save_chat_messages_sync(str(user.pk), session, agent, batch[start : start + 500])

@@ -27,9 +27,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-#: What ReDoc's page asks other hosts for, all cosmetic: its web fonts (the browser falls
-#: back to local fonts) and the Redocly logo in its footer.
-COSMETIC_HOSTS = {"fonts.googleapis.com", "fonts.gstatic.com", "cdn.redoc.ly"}
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 

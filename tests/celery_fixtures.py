@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +15,8 @@ import pytest
 from tests.conftest import extra, require
 
 FOLD = "tests.celery_summarizers.fold"
-REDIS_URL = "redis://127.0.0.1:6379/1"
+#: The Redis database the tests own (flushed by them); TEST_REDIS_URL picks another.
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/1")
 
 
 @pytest.fixture

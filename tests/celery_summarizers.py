@@ -40,6 +40,12 @@ def fold(history: list[ConversationMessage], keep_last: int) -> list[Conversatio
     return [ConversationMessage("user", [{"text": f"S({old})"}]), *history[cut:]]
 
 
+def short(history: list[ConversationMessage], keep_last: int) -> list[ConversationMessage]:
+    """A summary of constant size: ``S<n>``, n the messages folded."""
+    cut = max(len(history) - keep_last * 2, 0)
+    return [ConversationMessage("user", [{"text": f"S{cut}"}]), *history[cut:]]
+
+
 def forbidden(history: list[Any], keep_last: int) -> list[Any]:
     """Fails loudly: used where no summarizer call may happen in this process."""
     CALLS.append(len(history))

@@ -35,13 +35,15 @@ def extra(module: str, name: str) -> Any:
     every extra is installed, a missing one fails instead."""
     if IN_CI:
         return importlib.import_module(module)
-    return pytest.importorskip(module, reason=f"needs the {name} extra: pip install 'squad-memory[{name}]'")
+    return pytest.importorskip(
+        module, reason=f"needs the {name} extra: pip install 'squad-memory[{name}]'"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("postgres"):
-            item.fixturenames.insert(0, "_needs_postgres")
+        if item.get_closest_marker("postgres"):  # a copy: parametrized items share the list
+            item.fixturenames = ["_needs_postgres", *item.fixturenames]
         names = getattr(item, "fixturenames", [])
         marker = item.get_closest_marker("django_db")
         if marker is not None and marker.kwargs.get("transaction") is False:
@@ -50,14 +52,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # Every database test commits for real: an inline compression runs on commit
             # (transaction.on_commit), exactly as in a project's autocommit views and tasks.
             names.append("transactional_db")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tail_cache() -> None:
-    """Each test starts with an empty per-process tail cache (tables are emptied between tests)."""
-    from squad_memory import tails
-
-    tails.clear()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -105,6 +99,15 @@ def count_queries() -> Iterator[Any]:
 
 def msg(role: str, text: str) -> ConversationMessage:
     return ConversationMessage(role=role, content=[{"text": text}])
+
+
+def buffer_of(slot: Any) -> list[dict[str, Any]]:
+    """What ``fetch_chat`` shows of ``slot`` now (its buffer), under the settings' sizes."""
+    from squad_memory.models import Limits, Slot
+
+    found, rows = Slot.objects.read(slot.key, namespace=slot.namespace)
+    assert found is not None
+    return found.buffer(rows, Limits.from_settings())
 
 
 def texts(messages: list[ConversationMessage]) -> list[str]:

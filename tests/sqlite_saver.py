@@ -6,8 +6,7 @@ Migrates, prints ``ready``, waits for a line on stdin (the test takes the write 
 meanwhile), saves, then prints ``saved <conversation length>``. Logs go to stderr.
 
 With ``async``: the demo project's WAL options (transaction_mode and timeout as
-given), a first message saved synchronously before ``ready`` (the slot exists, so the
-native async path is tried), then the save through the async API in one
+given), a first message saved synchronously before ``ready`` (the slot exists), then the save through the async API in one
 ``asyncio.run``; it prints ``saved <conversation length> <time.time() when done>``,
 and the ``squad_memory`` logger writes DEBUG lines to stderr.
 """

@@ -67,3 +67,33 @@ def flaky(history: list[ConversationMessage], keep_last: int) -> list[Conversati
     if FLAKY["fail"]:
         raise RuntimeError("flaky summarizer is down")
     return fold(history, keep_last)
+
+
+def long_text(i: int) -> str:
+    """About 400 characters, its first sentence naming the turn."""
+    return f"Turn {i} names item {i}. " + " ".join(f"detail-{i}-{k}" for k in range(30)) + "."
+
+
+def compress_many_times(summarizer: Any, times: int = 10) -> list[ConversationMessage]:
+    """Play long messages through ``summarizer`` (trigger 3 pairs, keep 1) until it has
+    compressed ``times`` times in a row; every attempt must apply and the buffer must stay
+    within its bounds. Returns the buffer."""
+    from squad_memory.models import Compression
+    from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
+    from squad_memory.summarizers import is_summary, max_summary_chars
+
+    storage = SummarizingChatStorage(DjangoChatStorage(), summarizer, trigger_at=3, keep_last=1)
+    turn = 0
+    while Compression.objects.count() < times and turn < 20 * times:
+        role = "user" if turn % 2 == 0 else "assistant"
+        if role == "user":  # as the orchestrator does: the first fetch over 3 pairs activates
+            storage.fetch_chat_sync("u", "s", "a")
+        storage.save_chat_message_sync("u", "s", "a", ConversationMessage(role, [{"text": long_text(turn)}]))
+        turn += 1
+    refused = list(Compression.objects.exclude(outcome="applied").values_list("outcome", "error"))
+    assert not refused and Compression.objects.count() >= times, refused
+    buffer = storage.fetch_chat_sync("u", "s", "a")
+    assert is_summary(buffer[0]) and len(buffer) <= 2 * 3 + 2, len(buffer)
+    assert len(buffer[0].content[0]["text"]) <= max_summary_chars()
+    assert buffer[-1].content == [{"text": long_text(turn - 1)}]
+    return buffer

@@ -15,7 +15,8 @@ from django.utils import timezone
 from django.utils.html import escape
 
 import squad_memory
-from squad_memory import actions, buffer, compression
+from squad_memory import compression
+from squad_memory.admin import actions
 from squad_memory.models import Compression, Message, Slot
 from tests.celery_fixtures import queued_args
 from tests.conftest import msg, texts
@@ -73,6 +74,11 @@ def log_compression(slot: Slot, **fields: Any) -> Compression:
     }
     values.update(fields)
     return Compression.objects.create(slot=slot, **values)
+
+
+def jsonl(response: Any) -> list[Any]:
+    """The lines of an export (the import format), each a JSON value."""
+    return [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
 
 
 def url(name: str, *args: Any) -> str:
@@ -429,7 +435,7 @@ def test_reset_makes_a_compression_in_flight_stale() -> None:
     slot = make_slot(10, active=True)
     Slot.objects.filter(pk=slot.pk).update(pending_since=timezone.now(), pending_token="tok")
     slot.refresh_from_db()
-    snap = buffer.snapshot(slot)
+    snap = compression.snapshot(slot)
     assert compression.reset(slot.pk)
     store = squad_memory.get_storage()
     outcome = compression.compress(snap, compression.Claim(slot.pk, "tok", 1), store.summarizer)
@@ -443,13 +449,14 @@ def test_export_downloads_history_buffer_and_log(admin_client: Client) -> None:
     log_compression(slot)
     assert admin_client.get(url("slot_export", slot.pk)).status_code == 200
     response = admin_client.post(url("slot_export", slot.pk))
-    assert response["Content-Disposition"] == f'attachment; filename="slot-{slot.pk}.json"'
-    data = json.loads(b"".join(response.streaming_content))
-    (item,) = data["slots"]
+    assert response["Content-Disposition"] == f'attachment; filename="slot-{slot.pk}.jsonl"'
+    item, *messages = jsonl(response)
     assert item["slot"]["user_id"] == "u" and item["state"] == "active"
     assert item["slot"]["buffer_tokens"] == Slot.objects.get(pk=slot.pk).buffer_tokens
-    assert [m["seq"] for m in item["messages"]] == list(range(1, 13))
-    assert [m["trimmed"] for m in item["messages"][:3]] == [True, True, False]
+    assert item["slot"]["visible_from_seq"] == 3  # messages 1 and 2 are trimmed
+    assert [m["content"][0]["text"] for m in messages] == [
+        f"{'q' if i % 2 else 'a'}{i}" for i in range(1, 13)
+    ]
     assert [m["content"][0]["text"] for m in item["buffer"]] == [
         "SUMMARY-TEXT",
         "q9",
@@ -548,9 +555,9 @@ def test_bulk_reset_and_export(admin_client: Client) -> None:
     bulk(admin_client, "reset_selected", slots, confirm=True)
     assert not Slot.objects.filter(active=True).exists()
     response = bulk(admin_client, "export_selected", slots, confirm=True)
-    data = json.loads(b"".join(response.streaming_content))
-    assert sorted(len(s["messages"]) for s in data["slots"]) == [4, 12]
-    assert response["Content-Disposition"] == 'attachment; filename="slots-2.json"'
+    lines = jsonl(response)
+    assert sum("slot" in line for line in lines) == 2 and len(lines) == 2 + 4 + 12
+    assert response["Content-Disposition"] == 'attachment; filename="slots-2.jsonl"'
 
 
 def test_bulk_action_on_all_filtered_slots_carries_select_across(
@@ -780,3 +787,23 @@ def test_slot_page_edits_the_token_overrides(admin_client: Client) -> None:
     admin_client.post(url("slot_change", slot.pk), {**data, "max_buffer_tokens": "900"})
     slot.refresh_from_db()
     assert (slot.trigger_tokens, slot.max_buffer_tokens) == (500, 900)
+
+
+def test_a_compression_page_is_titled_by_its_slot_range_and_outcome(admin_client: Client) -> None:
+    slot = make_slot(42, user="alice", session="s1", agent="support")
+    row = log_compression(slot, from_seq=1, to_seq=42)
+    page = admin_client.get(url("compression_change", row.pk)).content.decode()
+    title = re.search(r"<title>(.*?)</title>", page, re.S).group(1)  # type: ignore[union-attr]
+    assert title.startswith(f"messages #1 to #42 of slot {slot.pk}: applied |"), title
+    assert "1 1..42 applied" not in page
+
+
+def test_raw_messages_the_summary_kept_verbatim_are_not_marked_summarized(
+    admin_client: Client,
+) -> None:
+    slot = active_slot(12, covered=8)
+    log_compression(slot, from_seq=1, to_seq=8, kept_from_seq=7)  # its output kept #7 and #8
+    response = admin_client.get(url("slot_change", slot.pk))
+    marked = [e.seq for e in response.context["page"].entries if e.summarized]
+    assert marked == [1, 2, 3, 4, 5, 6]
+    assert "(#7\u2013#8 kept verbatim in it)" in response.content.decode()

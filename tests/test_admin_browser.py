@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 
 import squad_memory
-from squad_memory.models import Message, Slot
+from squad_memory.models import Compression, Message, Slot
 from tests.browser_support import ARTIFACTS, browser_fixture  # noqa: F401
 from tests.conftest import msg
 
@@ -45,6 +45,48 @@ def long_active_slot() -> Slot:
     return slot
 
 
+def login(browser: Any, live_server: Any, scheme: str, path: str) -> Any:
+    User.objects.create_superuser("operator", "op@example.com", "secret-pw")
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, color_scheme=scheme)
+    page = context.new_page()
+    page.goto(f"{live_server.url}/admin/login/?next={path}")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "secret-pw")
+    page.click("input[type=submit]")
+    page.wait_for_load_state()
+    return page
+
+
+def busy_slots() -> Slot:
+    """Slots with ids as a real app makes them, compressed a few times by the storage."""
+    store = squad_memory.get_storage()
+    for n in range(3):
+        user, session = f"customer-{4200 + n}", f"2024-06-0{n + 1}-support-chat-evening"
+        for i in range(44):
+            text = f"Message {i}: the order #{1000 + i} was late, the courier left a note. " * 2
+            store.save_chat_message_sync(
+                user, session, "billing-and-shipping-agent", msg(("user", "assistant")[i % 2], text)
+            )
+        store.fetch_chat_sync(user, session, "billing-and-shipping-agent")
+    return Slot.objects.order_by("pk").first()  # type: ignore[return-value]
+
+
+def assert_no_sideways_scroll(page: Any) -> None:
+    """Neither the page nor the list's own scroll box (the admin's ``.results``) scrolls."""
+    widths = page.evaluate(
+        "[document.documentElement, document.querySelector('.results')]"
+        ".filter(Boolean).map(el => [el.scrollWidth, el.clientWidth])"
+    )
+    assert all(scroll <= client for scroll, client in widths), widths
+
+
+def assert_on_screen(page: Any, selector: str, text: str) -> None:
+    """The column is visible within the list's box (not behind its scroll)."""
+    box = page.locator(selector, has_text=text).first.bounding_box()
+    results = page.locator(".results").bounding_box()
+    assert box is not None and box["x"] + box["width"] <= results["x"] + results["width"], text
+
+
 def test_operator_reads_a_slot_and_summarizes_it(browser: Any, live_server: Any) -> None:
     User.objects.create_superuser("operator", "op@example.com", "secret-pw")
     slot = long_active_slot()
@@ -66,9 +108,13 @@ def test_operator_reads_a_slot_and_summarizes_it(browser: Any, live_server: Any)
     assert page.locator("#raw-history .sm-msg").count() == 40  # last page: messages 201..240
     shown_range = page.locator("#raw-history .sm-range").first.inner_text()
     assert shown_range == "Messages #201\u2013#240 of 240"
-    assert page.locator("#raw-history .sm-badge-covered").count() == 30 + 1  # 201..230, legend
+    # 201..230 are covered; those the summary kept verbatim are not marked summarized.
+    kept = Compression.objects.get(slot=slot).kept_from_seq
+    assert kept is not None and 201 < kept <= 230
+    assert page.locator("#raw-history .sm-badge-covered").count() == kept - 201 + 1  # + legend
     summary = page.locator("#buffer .sm-summary")
     assert summary.is_visible() and "covering raw messages up to #230" in summary.inner_text()
+    assert f"(#{kept}\u2013#230 kept verbatim in it)" in summary.inner_text()
     before = summary.inner_text()
     assert page.locator("#buffer > .sm-messages .sm-msg").count() == 10
     assert page.locator("#compression-log tbody tr").count() == 1
@@ -107,15 +153,9 @@ CONTRAST = """el => {
 def test_slot_page_reads_well_at_1400px_in_light_and_dark(
     browser: Any, live_server: Any, scheme: str
 ) -> None:
-    User.objects.create_superuser("operator", "op@example.com", "secret-pw")
     slot = long_active_slot()
     ARTIFACTS.mkdir(exist_ok=True)
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, color_scheme=scheme)
-    page = context.new_page()
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/squad_memory/slot/{slot.pk}/change/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", "secret-pw")
-    page.click("input[type=submit]")
+    page = login(browser, live_server, scheme, f"/admin/squad_memory/slot/{slot.pk}/change/")
     page.wait_for_selector("#raw-history")
     dark = page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches")
     assert dark == (scheme == "dark")
@@ -139,6 +179,39 @@ def test_slot_page_reads_well_at_1400px_in_light_and_dark(
     assert page.locator("#compression-log .sm-before-after").first.is_visible()
     page.locator("#compression-log").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / f"admin-compression-log-{scheme}.png"))
-    width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
-    assert width[0] <= width[1], width
-    context.close()
+    assert_no_sideways_scroll(page)
+    page.context.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_admin_lists_fit_1400px_in_light_and_dark(
+    browser: Any, live_server: Any, scheme: str, tmp_path: Any
+) -> None:
+    slot = busy_slots()
+    page = login(browser, live_server, scheme, "/admin/squad_memory/slot/")
+    page.wait_for_selector("#result_list")
+    page.screenshot(path=str(tmp_path / f"slot-list-{scheme}.png"), full_page=True)
+    assert_on_screen(page, "#result_list th", "Last activity")
+    assert_no_sideways_scroll(page)
+
+    page.goto(f"{live_server.url}/admin/squad_memory/compression/")
+    page.screenshot(path=str(tmp_path / f"compression-log-{scheme}.png"), full_page=True)
+    for column in ("duration", "outcome", "triggered by"):
+        assert_on_screen(page, "#result_list th", column)
+    assert_no_sideways_scroll(page)
+
+    page.goto(f"{live_server.url}/admin/squad_memory/message/")
+    page.screenshot(path=str(tmp_path / f"message-list-{scheme}.png"))
+    text = page.locator("#result_list td.field-preview").first.bounding_box()
+    assert text is not None and text["width"] >= 360, text  # about 60 characters a line
+    assert_no_sideways_scroll(page)
+
+    page.goto(f"{live_server.url}/admin/squad_memory/slot/{slot.pk}/change/")
+    page.wait_for_selector("#compression-log")
+    page.screenshot(path=str(tmp_path / f"slot-page-{scheme}.png"), full_page=True)
+    page.locator("#compression-log").screenshot(path=str(tmp_path / f"slot-log-{scheme}.png"))
+    started = page.locator("#compression-log tbody td").first
+    assert started.evaluate("el => getComputedStyle(el).whiteSpace") == "nowrap"
+    lines = "el => { const r = document.createRange(); r.selectNodeContents(el); return r.getClientRects().length; }"
+    assert started.evaluate(lines) == 1  # the timestamp does not wrap
+    print(f"screenshots: {tmp_path}")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from squad_memory import history
 from squad_memory.models import Slot
 
 pytestmark = pytest.mark.django_db
@@ -17,7 +17,7 @@ def slot_with(user: str, *texts: str) -> Slot:
         {"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": t}]}
         for i, t in enumerate(texts)
     ]
-    return history.append("", (user, "s", "a"), batch, check_role=False).slot
+    return Slot.objects.append((user, "s", "a"), batch).slot
 
 
 def test_slot_page_search_lists_hits_that_jump_to_the_message(admin_client: Client) -> None:
@@ -40,3 +40,18 @@ def test_slot_list_searches_message_text(admin_client: Client) -> None:
     by_id = slot_with("volcanoes-fan", "hello")
     page = admin_client.get(reverse("admin:squad_memory_slot_changelist"), {"q": "volcanoes"})
     assert set(page.context["cl"].result_list) == {found, by_id}
+
+
+@pytest.mark.parametrize(
+    ("perms", "finds"), [(("view_slot",), False), (("view_slot", "view_message"), True)]
+)
+def test_slot_list_searches_message_text_only_with_view_message(
+    client: Client, perms: tuple[str, ...], finds: bool
+) -> None:
+    found = slot_with("alice", "talk about volcanoes")
+    staff = User.objects.create_user("viewer", password="pw", is_staff=True)
+    staff.user_permissions.set(Permission.objects.filter(codename__in=perms))
+    client.force_login(staff)
+    page = client.get(reverse("admin:squad_memory_slot_changelist"), {"q": "volcanoes"})
+    assert page.status_code == 200
+    assert (found in page.context["cl"].result_list) == finds

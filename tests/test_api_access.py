@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.test import override_settings
 
 from squad_memory.models import Slot
-from tests.api_support import Users, client_for, fill, make_user, one, post
+from tests.api_support import Users, client_for, fill, make_user, one, post, text_of
 from tests.conftest import extra
 
 extra("rest_framework", "api")  # every test here talks to the REST API
@@ -71,7 +71,10 @@ def test_lists_and_histories_show_only_what_the_caller_may_see(users: Users) -> 
     assert other_view.json()["results"] == []
     history = client_for(users.other).get("/api/sessions/s1/history/").json()
     assert history["user_id"] == str(users.other.pk)
-    assert [m["content"][0]["text"] for m in history["messages"]] == ["m0", "[a1] m1"]
+    assert [m["content"][0]["text"] for m in history["messages"]] == [
+        text_of(0),
+        f"[a1] {text_of(1)}",
+    ]
 
 
 def test_anonymous_gets_401_with_a_token_challenge(users: Users) -> None:
@@ -240,3 +243,32 @@ def test_methods_an_endpoint_lacks_are_405_not_403(users: Users) -> None:
         assert client.get(f"/api/slots/{slot.pk}/compress/").status_code == 405
     assert client_for(None).delete(f"/api/slots/{slot.pk}/").status_code == 401
     assert Slot.objects.filter(pk=slot.pk).exists()
+
+
+def test_the_403_for_posting_names_the_permission_and_what_to_do(users: Users) -> None:
+    body = {"session_id": "s1", "agent_id": "a1", "message": one("user", "x")}
+    response = post(client_for(users.reader), body)
+    assert response.status_code == 403
+    detail = response.json()["detail"]
+    assert "squad_memory.add_message" in detail and "administrator" in detail
+    assert "API_POST_PERMISSION" in detail
+
+
+def test_without_a_post_permission_any_user_posts_their_own_messages(users: Users) -> None:
+    own = {"session_id": "s1", "agent_id": "a1", "message": one("user", "x")}
+    for_owner = {**own, "user_id": str(users.owner.pk)}
+    reader = client_for(users.reader)
+    with override_settings(SQUAD_MEMORY={"API_POST_PERMISSION": None}):
+        assert post(reader, own).status_code == 201
+        assert post(reader, for_owner).status_code == 403  # another user's: staff only
+        slot = Slot.objects.get(user_id=str(users.reader.pk))
+        assert reader.post(f"/api/slots/{slot.pk}/compress/").status_code == 403
+    assert post(reader, own).status_code == 403  # read live: the default again
+
+
+def test_the_post_permission_is_a_setting(users: Users) -> None:
+    body = {"session_id": "s1", "agent_id": "a1", "message": one("user", "x")}
+    with override_settings(SQUAD_MEMORY={"API_POST_PERMISSION": "squad_memory.change_message"}):
+        response = post(client_for(users.owner), body)  # has add_message only
+    assert response.status_code == 403
+    assert "squad_memory.change_message" in response.json()["detail"]

@@ -10,7 +10,6 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
-from squad_memory import history
 from squad_memory.models import Compression, Message, Slot
 from tests.api_support import Users, client_for, fill, make_user
 from tests.conftest import extra
@@ -61,7 +60,7 @@ def test_delete_a_session_leaves_other_users_and_sessions(users: Users) -> None:
     kept = fill(users.owner, 2, "s2", "a1")
     theirs = fill(users.other, 5, "s1", "a1")
     row = {"role": "user", "content": [{"text": "x"}]}
-    foreign = history.append("wrapped", (uid(users.owner), "s1", "a1"), [row], check_role=False)
+    foreign = Slot.objects.append((uid(users.owner), "s1", "a1"), [row], namespace="wrapped")
     client = client_for(users.owner)
     assert client.delete("/api/sessions/s1/").status_code == 204
     assert not Slot.objects.filter(pk__in=[s.pk for s in mine]).exists()

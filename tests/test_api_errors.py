@@ -16,7 +16,7 @@ from tests.conftest import extra
 
 extra("rest_framework", "api")  # every test here talks to the REST API
 
-pytest_plugins = ["tests.api_fixtures"]
+pytest_plugins = ["tests.api_fixtures", "tests.celery_fixtures"]
 
 
 def assert_json(response: Any, status: int) -> dict[str, Any]:
@@ -27,11 +27,29 @@ def assert_json(response: Any, status: int) -> dict[str, Any]:
     return body
 
 
-def test_unknown_urls_under_the_api_are_json_404(users: Users) -> None:
+def test_unknown_urls_under_the_api_are_json_404_without_a_middleware(
+    users: Users, settings: Any
+) -> None:
+    assert not [m for m in settings.MIDDLEWARE if "squad_memory" in m]  # Django's own only
     client = client_for(users.owner)
     assert_json(client.get("/api/nope/"), 404)
     assert_json(client.get("/api/slots/1/nothing-here/"), 404)
+    assert_json(client_for(None).post("/api/nope/", {}, format="json"), 404)
+    assert_json(client.get("/api/nope/", HTTP_ACCEPT="text/html"), 404)
     assert b"<h1>" in client.get("/nope/").content  # only the API answers JSON
+
+
+def test_compress_with_the_broker_down_hides_internals_from_non_staff(
+    users: Users, broker_down: Any, settings: Any
+) -> None:
+    slot = fill(users.owner, 4)
+    mine = client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
+    body = assert_json(mine, 503)
+    assert "127.0.0.1" not in body["detail"] and "Error" not in body["detail"]
+    assert body["error_id"] and f"error id {body['error_id']}" in body["detail"]
+    staff = assert_json(client_for(users.staff).post(f"/api/slots/{slot.pk}/compress/"), 503)
+    assert "127.0.0.1" in staff["detail"]  # staff with view_compression see the error
+    assert int(mine["Retry-After"]) > 0
 
 
 def test_an_unhandled_error_in_a_view_is_a_json_500(

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
+from django.db import connections
 
 import squad_memory
-from tests.api_support import Users, client_for, fill
+from tests.api_support import Users, client_for, fill, make_user
 from tests.conftest import extra
 
 extra("rest_framework", "api")  # every test here talks to the REST API
+
 
 pytest_plugins = ["tests.api_fixtures"]
 pytestmark = pytest.mark.django_db
@@ -76,3 +80,62 @@ def test_q_filters_one_slots_messages(users: Users) -> None:
     assert [m["seq"] for m in body["results"]] == [8, 7]
     assert len(client.get(f"/api/slots/{slot.pk}/messages/").json()["results"]) == 8
     assert client.get(f"/api/slots/{slot.pk}/messages/?q=a%01").status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("perms", "expected"), [((), 403), (("view_slot",), 403), (("view_message",), 200)]
+)
+def test_searching_another_user_needs_view_message(
+    users: Users, perms: tuple[str, ...], expected: int
+) -> None:
+    say(users.other, "s1", "a1", "secret plan")
+    member = make_user("member", staff=True, perms=perms)
+    response = client_for(member).get(f"/api/search/?q=secret&user_id={users.other.pk}")
+    assert response.status_code == expected
+    if expected == 403:
+        assert "squad_memory.view_message" in response.json()["detail"]
+        assert "secret" not in response.content.decode()
+
+
+def test_staff_with_view_message_search_everyone_as_they_list_every_slot(users: Users) -> None:
+    say(users.owner, "s1", "a1", "shared word from owner")
+    say(users.other, "s1", "a1", "shared word from other")
+    found = client_for(users.staff).get("/api/search/?q=shared").json()["results"]
+    slots = {s["id"] for s in client_for(users.staff).get("/api/slots/").json()["results"]}
+    assert {hit["slot"] for hit in found} == slots and len(found) == 2
+    viewer = make_user("viewer", staff=True, perms=("view_slot",))
+    assert client_for(viewer).get("/api/search/?q=shared").json()["results"] == []
+
+
+def test_search_has_its_own_rate(users: Users, rates: Any) -> None:
+    rates(user="100/minute", squad_memory_search="2/minute")  # the documented scope
+    client = client_for(users.owner)
+    assert [client.get("/api/search/?q=x").status_code for _ in range(2)] == [200, 200]
+    assert client.get("/api/search/?q=x").status_code == 429
+    assert client.get("/api/slots/").status_code == 200
+
+
+@pytest.mark.postgres
+def test_a_slow_search_is_stopped_after_search_timeout(users: Users, settings: Any) -> None:
+    """A search waiting on the message table (locked by another session, as a long
+    migration or a bulk delete would) is cancelled by SEARCH_TIMEOUT, not left waiting."""
+    say(users.owner, "s1", "a1", "needle in a haystack")
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "SEARCH_TIMEOUT": 0.5}
+    locker = connections.create_connection("default")
+    locker.inc_thread_sharing()  # the timer's thread may release the lock
+    locker.set_autocommit(False)
+    locker.cursor().execute("LOCK TABLE squad_memory_message IN ACCESS EXCLUSIVE MODE")
+    release = threading.Timer(10, locker.rollback)  # the test ends even without the timeout
+    release.start()
+    try:
+        started = time.monotonic()
+        response = client_for(users.owner).get("/api/search/?q=needle")
+        elapsed = time.monotonic() - started
+    finally:
+        release.cancel()
+        locker.rollback()
+        locker.close()
+        locker.dec_thread_sharing()
+    assert response.status_code == 503 and elapsed < 5, (response.status_code, elapsed)
+    assert "0.5 seconds" in response.json()["detail"] and int(response["Retry-After"]) > 0
+    assert len(client_for(users.owner).get("/api/search/?q=needle").json()["results"]) == 1

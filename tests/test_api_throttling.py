@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-from django.core.cache import cache
-
 from tests.conftest import extra
 
 extra("rest_framework", "api")  # throttling of the REST API
@@ -18,18 +15,6 @@ from squad_memory.api.throttling import COMPRESS_SCOPE
 from tests.api_support import Users, client_for, fill
 
 pytest_plugins = ["tests.api_fixtures"]
-
-
-@pytest.fixture
-def rates(settings: Any) -> Any:
-    """Small rates for the test, restored afterwards (DRF caches its settings)."""
-
-    def use(**rates: str | None) -> None:
-        settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
-        cache.clear()
-
-    yield use
-    api_settings.reload()
 
 
 def assert_throttled(response: Any) -> None:
@@ -72,3 +57,41 @@ def test_no_configured_rate_means_no_throttling(users: Users, rates: Any) -> Non
 def test_the_demo_project_defines_every_rate() -> None:
     configured = api_settings.DEFAULT_THROTTLE_RATES
     assert {"user", "anon", COMPRESS_SCOPE} <= set(configured)
+
+
+def test_failed_authentications_are_throttled_before_the_token_is_checked(
+    users: Users, rates: Any
+) -> None:
+    rates(squad_memory_auth_failures="3/minute")  # the documented scope
+    guesser = APIClient()
+    guesser.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
+    assert [guesser.get("/api/slots/").status_code for _ in range(3)] == [401] * 3
+    assert guesser.get("/api/schema/").status_code == 200  # public docs check no credentials
+    assert_throttled(guesser.get("/api/slots/"))
+    assert_throttled(client_for(users.owner).get("/api/slots/"))  # a right guess learns nothing
+    elsewhere = client_for(users.owner)
+    assert elsewhere.get("/api/slots/", REMOTE_ADDR="10.0.0.9").status_code == 200
+
+
+def test_a_new_forwarded_for_does_not_reset_the_anonymous_limit(db: Any, rates: Any) -> None:
+    rates(anon="2/minute")
+    client = APIClient()
+    codes = [
+        client.get("/api/slots/", HTTP_X_FORWARDED_FOR=f"203.0.113.{n}").status_code
+        for n in range(3)
+    ]
+    assert codes == [401, 401, 429]
+
+
+def test_behind_proxies_the_client_is_the_address_the_nearest_proxy_saw(
+    db: Any, rates: Any, settings: Any
+) -> None:
+    rates(anon="2/minute")
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    client = APIClient()
+
+    def get(forwarded: str) -> int:
+        return int(client.get("/api/slots/", HTTP_X_FORWARDED_FOR=forwarded).status_code)
+
+    assert [get(f"spoofed-{n}, 198.51.100.7") for n in range(3)] == [401, 401, 429]
+    assert get("198.51.100.8") == 401  # another client behind the same proxy

@@ -9,7 +9,7 @@ from django.test import override_settings
 
 import squad_memory
 from squad_memory.models import Compression, Message, Slot
-from tests.api_support import Users, client_for, fill, make_user, one, post
+from tests.api_support import Users, client_for, fill, make_user, one, post, text_of
 from tests.conftest import extra, msg, texts
 
 extra("rest_framework", "api")  # every test here talks to the REST API
@@ -54,7 +54,7 @@ def test_raw_messages_page_by_seq_both_ways(users: Users) -> None:
     client = client_for(users.owner)
     page = client.get(f"/api/slots/{slot.pk}/messages/", {"page_size": 3}).json()
     assert [m["seq"] for m in page["results"]] == [1, 2, 3]
-    assert page["results"][0]["content"] == [{"text": "m0"}] and "count" not in page
+    assert page["results"][0]["content"] == [{"text": text_of(0)}] and "count" not in page
     rest = client.get(page["next"]).json()
     assert [m["seq"] for m in rest["results"]] == [4, 5, 6]
     newest = client.get(f"/api/slots/{slot.pk}/messages/", {"ordering": "-seq", "page_size": 2})
@@ -226,7 +226,7 @@ def test_reset_buffer(users: Users) -> None:
     slot.refresh_from_db()
     assert (slot.active, slot.summary, slot.covered_seq) == (False, [], 0)
     buffer = client.get(f"/api/slots/{slot.pk}/buffer/").json()
-    assert [m["content"][0]["text"] for m in buffer["messages"]] == [f"m{i}" for i in range(6)]
+    assert [m["content"][0]["text"] for m in buffer["messages"]] == [text_of(i) for i in range(6)]
 
 
 def test_session_authentication_with_csrf(users: Users) -> None:
@@ -275,3 +275,24 @@ def test_slots_and_buffers_show_tokens_next_to_length(users: Users) -> None:
     detail = client.get(f"/api/slots/{slot.pk}/").json()
     assert detail["buffer_tokens"] == slot.buffer_tokens
     assert detail["summary_tokens"] == slot.summary_tokens > 0
+
+
+def test_the_api_root_lists_the_endpoints(users: Users) -> None:
+    root = client_for(None).get("/api/")
+    assert root.status_code == 200 and root["Content-Type"].startswith("application/json")
+    links = root.json()
+    assert links["slots"] == "http://testserver/api/slots/"
+    assert {"search", "session history", "docs", "redoc", "schema"} <= set(links)
+    assert client_for(users.owner).get(links["slots"]).status_code == 200
+
+
+def test_the_schema_is_this_version_without_foreign_sample_urls(db: Any) -> None:
+    from django.test import Client
+    from drf_spectacular.settings import patched_settings
+
+    with patched_settings({"VERSION": "0.0.0"}):  # SPECTACULAR_SETTINGS without VERSION
+        reply = Client().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert reply.json()["info"]["version"] == squad_memory.__version__
+    assert "example.org" not in reply.content.decode()
+    search = reply.json()["paths"]["/api/search/"]["get"]["description"]
+    assert "`<mark>`" in search and search.count("<mark>") == search.count("`<mark>`")

@@ -118,35 +118,52 @@ def test_results_readme_and_plots_are_written(quick_run: dict[str, Any]) -> None
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
 
 
+#: (system, floor, index of the round in the floor's merged rounds) for every system run in
+#: lockstep beside a floor in the quick run's one lockstep round; the PostgreSQL floor of
+#: Django runs in two groups (inline, then Celery), so its second run is the Celery one's.
+PAIRED = (
+    ("sm-inline-sqlite", "floor-django-sqlite", 1),
+    ("sm-inline-sqlite", "floor-driver-sqlite", 1),
+    ("sm-inline-postgresql", "floor-django-postgresql", 1),
+    ("sm-inline-postgresql", "floor-driver-postgresql", 1),
+    ("sm-celery-postgresql", "floor-django-postgresql", 2),
+)
+
+
 def test_floor_ratios_log_bytes_and_pgbouncer_are_reported(quick_run: dict[str, Any]) -> None:
     from bench import pgbouncer
-    from bench.ratios import to_floor
+    from bench.ratios import DRIVER_FLOORS, FLOORS, flatness, to_floor
+    from bench.rounds import ROUND_GROUPS
     from bench.targets import PGBOUNCER_TARGET, evaluate
 
     _expected_systems()
-    ratios = to_floor(quick_run)
-    for sid in ("sm-inline-sqlite", "sm-inline-postgresql", "as-libsql"):
-        assert all(_is_figure(r) for r in ratios[sid].values()), sid
-    assert all(r == 1.0 for r in ratios["floor-postgresql"].values())
+    ratios = {"django": to_floor(quick_run), "driver": to_floor(quick_run, DRIVER_FLOORS)}
+    for sid in ("sm-inline-sqlite", "sm-inline-postgresql", "as-libsql", "floor-driver-sqlite"):
+        assert all(_is_figure(r) for r in ratios["django"][sid].values()), sid
+        assert all(_is_figure(r) for r in ratios["driver"][sid].values()), sid
+    for floor in FLOORS.values():
+        assert all(r == 1.0 for r in ratios["django"][floor].values())
     rounds = QUICK["floor_rounds"]
-    runs = {"floor-sqlite": rounds, "floor-postgresql": 1 + 2 * (rounds - 1)}  # once per pair
-    for sid in ("floor-sqlite", "sm-inline-sqlite", "floor-postgresql", "sm-inline-postgresql"):
+    assert rounds == 2  # PAIRED's round indices are those of one lockstep round
+    runs = {
+        sid: sum(sid in g for g in ROUND_GROUPS) * (rounds - 1) + 1
+        for g in ROUND_GROUPS
+        for sid in g
+    }
+    assert runs["floor-django-postgresql"] == 3 and runs["floor-driver-postgresql"] == 2
+    for sid, count in runs.items():
         for n, figures in quick_run["systems"][sid]["W1"].items():  # merged rounds
-            assert len(figures["turn"]["rounds"]) == runs.get(sid, rounds), (sid, n)
+            assert len(figures["turn"]["rounds"]) == count, (sid, n)
             assert min(figures["turn"]["rounds"]) <= figures["turn"]["median"]
             assert figures["turn"]["median"] <= max(figures["turn"]["rounds"])
             # The first round ran alone; the others in lockstep, with a median per block.
             assert figures["blocks"][0] is None and figures["spans"][0] is None, (sid, n)
             for blocks in figures["blocks"][1:]:
                 assert len(blocks) == QUICK["turns"] // QUICK["block"], (sid, n)
-    # Each system's block i ran right before or after its floor's block i, never at once.
-    pairs = (
-        ("sm-inline-sqlite", "floor-sqlite", 1),
-        ("sm-inline-postgresql", "floor-postgresql", 1),
-        ("sm-celery-postgresql", "floor-postgresql", 2),
-    )
-    for sid, floor, index in pairs:
-        for n, ratio in ratios[sid].items():
+    # Each system's block i ran right before or after each floor's block i, never at once.
+    for sid, floor, index in PAIRED:
+        which = "django" if floor in FLOORS.values() else "driver"
+        for n, ratio in ratios[which][sid].items():
             mine, theirs = (quick_run["systems"][s]["W1"][n] for s in (sid, floor))
             spans = [(*span, "s", i) for i, span in enumerate(mine["spans"][1])]
             spans += [(*span, "f", i) for i, span in enumerate(theirs["spans"][index])]
@@ -158,17 +175,30 @@ def test_floor_ratios_log_bytes_and_pgbouncer_are_reported(quick_run: dict[str, 
                 assert abs(where["s", i] - where["f", i]) == 1, (sid, n, i)
             # The ratio is the median of those blocks' ratios.
             paired = zip(mine["blocks"][1], theirs["blocks"][index], strict=True)
-            assert mine["block_ratios"] == [a / b for a, b in paired], (sid, n)
-            assert ratio == statistics.median(mine["block_ratios"]), (sid, n)
+            assert mine["block_ratios"][floor] == [a / b for a, b in paired], (sid, n)
+            assert ratio == statistics.median(mine["block_ratios"][floor]), (sid, n)
+    # W1 runs its blocks in cycles across the N (100, 300, 100, 300, ...): each N's turns
+    # at the largest N are held against the smallest N's of the same cycle.
+    small, large = (str(n) for n in QUICK["sizes"])
+    mine = quick_run["systems"]["sm-inline-sqlite"]["W1"]
+    order = sorted((span[0], n) for n in (small, large) for span in mine[n]["spans"][1])
+    assert [n for _, n in order] == [small, large] * (QUICK["turns"] // QUICK["block"])
+    for sid in ("sm-inline-sqlite", "sm-inline-postgresql", "floor-django-sqlite"):
+        got = quick_run["systems"][sid]["W1"]
+        assert got[small]["flat_ratios"] == [1.0] * len(got[large]["flat_ratios"]), sid
+        assert len(got[large]["flat_ratios"]) == runs[sid] * (QUICK["turns"] // QUICK["block"])
+        assert flatness(quick_run, sid, *QUICK["sizes"]) == statistics.median(
+            got[large]["flat_ratios"]
+        )
     fill = quick_run["W6"]["fill"]
     assert fill["raw_rows"] == QUICK["slots"] * 42 and fill["raw_bytes"] > 0
     assert fill["log_rows"] >= QUICK["slots"] and fill["log_bytes"] > 0
     judged = {row["target"] for row in evaluate(quick_run)}
-    for words in ("plain driver", "libsql", "bare ORM insert", "log bytes", "within 1.3x"):
+    for words in ("Django's floor", "libsql", "bare ORM insert", "log bytes", "within 1.3x"):
         assert any(words in target for target in judged), words
     readme = (quick_run["_out"] / "README.md").read_text()
     assert "### Ratio to the floor" in readme and "### Compression log" in readme
-    assert "alternating rounds" in readme and "in lockstep" in readme
+    assert "plain driver" in readme and "in lockstep" in readme
     require(pgbouncer.binary() is not None, "the W5 PgBouncer rounds need pgbouncer installed")
     assert quick_run["W5_pgbouncer"]["error"] is None, quick_run["W5_pgbouncer"]
     per = quick_run["W5"][PGBOUNCER_TARGET]

@@ -119,4 +119,3 @@ def test_block_ratios_pair_blocks_of_one_lockstep_round() -> None:
     assert lockstep.block_ratios({"blocks": None}, floor) == []  # not in lockstep
     assert lockstep.block_ratios({"blocks": [2.0]}, floor) == []  # blocks that do not pair
     assert lockstep.block_ratios(dict(mine, capped=True), floor) == []  # a time cap reached
-    assert lockstep.blocks_of([1, 2, 3, 10, 20, 30, 7], 3) == [2, 20]

@@ -18,22 +18,20 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
-from squad_memory import buffer
 from squad_memory.compression import log
 from squad_memory.models import Compression, Message, Slot
 from tests.celery_writer import SLOT
-from tests.conftest import require
+from tests.conftest import buffer_of, require
+from tests.processes import database_url, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-BROKER = "redis://127.0.0.1:6379/1"
-OWN_REDIS_PORT = 6390
+BROKER = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/1")
+OWN_REDIS_PORT = int(os.environ.get("TEST_OWN_REDIS_PORT", "6390"))
 ROOT = Path(settings.BASE_DIR)
 
 
@@ -46,13 +44,6 @@ def _redis_ok(url: str) -> bool:
         return False
 
 
-def _database_url() -> str:
-    db = connection.settings_dict
-    auth = quote(db["USER"] or "") + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
-    host = f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
-    return f"postgres://{auth}@{host}/{quote(db['NAME'])}"
-
-
 class Processes:
     """Starts workers and writers on the test database; kills what is left at teardown."""
 
@@ -62,7 +53,7 @@ class Processes:
         self.markers.mkdir()
         self.env = {
             **os.environ,
-            "DATABASE_URL": _database_url(),
+            "DATABASE_URL": database_url(),
             "CELERY_BROKER_URL": BROKER,
             "SQUAD_MEMORY_MODE": "celery",
             "SQUAD_MEMORY_SUMMARIZER": "tests.celery_summarizers.slow",
@@ -154,13 +145,6 @@ def _unacked() -> int:
     return int(redis.Redis.from_url(BROKER).hlen("unacked"))
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def the_slot() -> Slot:
     return Slot.objects.for_key(*SLOT).get()
 
@@ -183,7 +167,7 @@ def assert_buffer_is_summary_then_tail() -> None:
     assert (s.summary, s.covered_seq) == (log.output_of(last), last.to_seq)
     tail = Message.objects.filter(slot=s, seq__gt=s.covered_seq).order_by("seq")
     expected = [(m["role"], m["content"]) for m in s.summary] + [(m.role, m.content) for m in tail]
-    assert [(r["role"], r["content"]) for r in buffer.read(s)] == expected
+    assert [(r["role"], r["content"]) for r in buffer_of(s)] == expected
     # Every message the summaries cover is named in the latest one: nothing fell out.
     named = set(re.findall(r"w\d+-\d+-[ua]", json.dumps(s.summary)))
     assert set(raw_texts()[: s.covered_seq]) <= named
@@ -208,10 +192,9 @@ def test_concurrent_writers_one_worker_compressing(procs: Processes) -> None:
     assert len(done) >= 3
     for before, after in itertools.pairwise(done):
         assert after.started_at >= before.finished_at, "two compressions overlapped"
-        assert (
-            after.from_seq == before.to_seq + 1
-            and log.input_of(after)[: len(log.output_of(before) or [])] == log.output_of(before)
-        )
+        assert after.from_seq == before.to_seq + 1 and log.input_of(after)[
+            : len(log.output_of(before) or [])
+        ] == log.output_of(before)
     assert_buffer_is_summary_then_tail()
 
 
@@ -352,8 +335,10 @@ def test_a_broker_that_never_answers_does_not_hold_the_save(
 
     settings.SQUAD_MEMORY = {"PUBLISH_TIMEOUT": 1.0}
     previous = current_app._get_current_object()
-    url = f"redis://127.0.0.1:{silent_broker}/0" if scheme == "redis" else (
-        f"amqp://guest:guest@127.0.0.1:{silent_broker}//"
+    url = (
+        f"redis://127.0.0.1:{silent_broker}/0"
+        if scheme == "redis"
+        else (f"amqp://guest:guest@127.0.0.1:{silent_broker}//")
     )
     app = Celery("squad-memory-silent", broker=url, set_as_current=False)
     app.conf.update(task_ignore_result=True)

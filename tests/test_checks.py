@@ -10,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import override_settings
 
-from squad_memory.checks import check_settings
+from squad_memory.checks import check_settings, check_sweep_scheduled
 from squad_memory.conf import app_settings
 
 
@@ -40,7 +40,7 @@ def test_defaults_pass() -> None:
         ({"MAX_BUFFER_TOKENS": "many"}, "squad_memory.E040"),
         ({"TRIGGER_TOKENS": 500, "MAX_BUFFER_TOKENS": 100}, "squad_memory.E040"),
         ({"TOKEN_COUNTER": "no.such.module.count"}, "squad_memory.E041"),
-        ({"TOKEN_COUNTER": "squad_memory.tokens.BYTES_PER_TOKEN"}, "squad_memory.E041"),
+        ({"TOKEN_COUNTER": "squad_memory.rules.BYTES_PER_TOKEN"}, "squad_memory.E041"),
     ],
 )
 def test_bad_settings_are_reported(settings: dict[str, Any], expected: str) -> None:
@@ -83,3 +83,16 @@ def test_import_callable_names_the_setting() -> None:
 def test_migrations_are_complete() -> None:
     out = StringIO()
     call_command("makemigrations", "squad_memory", "--check", "--dry-run", stdout=out)
+
+
+def test_a_warning_where_nothing_schedules_the_sweep() -> None:
+    from squad_memory.management.commands.squad_memory_sweep import Command
+
+    with override_settings(CELERY_BEAT_SCHEDULE={"other": {"task": "x", "schedule": 60}}):
+        [warning] = check_sweep_scheduled()
+    assert warning.id == "squad_memory.W003" and "Idempotency-Key" in warning.msg
+    assert "squad_memory_sweep" in (warning.hint or "") and "beat" in (warning.hint or "")
+    beat = {"sweep": {"task": "squad_memory.tasks.sweep", "schedule": 300}}
+    with override_settings(CELERY_BEAT_SCHEDULE=beat):
+        assert check_sweep_scheduled() == []
+    assert "cron" in Command.help and "squad_memory.tasks.sweep" in Command.help

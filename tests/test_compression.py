@@ -16,15 +16,16 @@ from django.utils import timezone
 import squad_memory
 from squad_memory import compression
 from squad_memory.compression import log
-from squad_memory.models import Compression, Message, Outcome, Slot
-from tests.api_support import Users, client_for, fill
+from squad_memory.models import Compression, Limits, Message, Outcome, Slot
+from tests.api_support import Users, client_for, fill, text_of
 from tests.conftest import extra, msg
 
 pytest_plugins = ["tests.api_fixtures"]
 pytestmark = pytest.mark.django_db
 
 FOLD = "tests.celery_summarizers.fold"
-PAIRS = [msg("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(8)]
+#: Messages of two sentences: the offline summarizer keeps the first, so it compresses.
+PAIRS = [msg("user" if i % 2 == 0 else "assistant", text_of(i)) for i in range(8)]
 CELERY = {"SUMMARIZER": FOLD, "TRIGGER_AT": 2, "KEEP_LAST": 1, "MODE": "celery"}
 
 
@@ -59,7 +60,7 @@ def test_api_compress_while_one_is_pending_says_already_pending(users: Users) ->
     slot.refresh_from_db()
     with override_settings(SQUAD_MEMORY=CELERY):
         Slot.objects.filter(pk=slot.pk).update(active=True, covered_seq=0)
-        claimed = compression.claim(slot.pk, 1, 0, lease_seconds=600)
+        claimed = compression.claim(slot.pk, Limits(1, 0), lease_seconds=600)
         assert claimed is not None
         response = client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
     assert response.status_code == 202 and response.json()["outcome"] == "already_pending"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from squad_memory import buffer
 from squad_memory.compression import log
 from squad_memory.models import Compression, Message, Slot
+from tests.conftest import buffer_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -36,7 +36,7 @@ def test_concurrent_writers_lose_nothing_and_keep_order() -> None:
         "s1": "single",
         "s2": "single",
         "s3": "single",
-        "ab": "async-batch",  # the native async path, one event loop per process
+        "ab": "async-batch",  # the async API, one event loop per process
         "as": "async-single",
     }
     count = 80  # 7 writers: 560 messages, within the fold summary's MAX_SUMMARY_CHARS
@@ -52,10 +52,7 @@ def test_concurrent_writers_lose_nothing_and_keep_order() -> None:
         for name, mode in writers.items()
     }
     outs = {name: p.communicate(timeout=240)[0] for name, p in procs.items()}
-    assert [p.returncode for p in procs.values()] == [0] * len(procs)
-    for name, mode in writers.items():
-        if mode.startswith("async-"):  # the native path saved (most of) them
-            assert int(outs[name].split("native saves:")[1]) >= count // 4, outs[name]
+    assert [p.returncode for p in procs.values()] == [0] * len(procs), outs
 
     slot = Slot.objects.get(agent_id="shared")
     rows = list(Message.objects.filter(slot=slot).order_by("seq").values("seq", "role", "content"))
@@ -80,6 +77,6 @@ def test_concurrent_writers_lose_nothing_and_keep_order() -> None:
     for comp in applied:
         assert [text(m) for m in log.input_of(comp)] == previous_output + raw[covered : comp.to_seq]
         previous_output, covered = [text(m) for m in log.output_of(comp) or []], comp.to_seq
-    assert [text(m) for m in buffer.read(slot)] == previous_output + raw[covered:]
+    assert [text(m) for m in buffer_of(slot)] == previous_output + raw[covered:]
     spans = sorted((c.started_at, c.finished_at) for c in applied)
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))

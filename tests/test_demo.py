@@ -176,6 +176,39 @@ def test_demo_sets_up_plays_and_serves(served: tuple[str, str, Path]) -> None:
     Browser(base).login("admin", new.group(1))
 
 
+PRINTED = re.compile(r"Run `([^`]+)`|Export: +(.+)$", re.M)
+
+
+def fresh_shell(command: str, var_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` pasted into a new terminal in the checkout: no virtualenv, a bare PATH
+    (where ``python`` has no Django, if there is one at all), none of the test's variables."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(var_dir), "LANG": "C.UTF-8"}
+    return subprocess.run(
+        ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_the_commands_the_demo_prints_work_as_printed(tmp_path: Path) -> None:
+    first = run_demo(tmp_path)
+    again = run_demo(tmp_path)  # the admin exists now: it says how to get a new password
+    printed = [a or b for a, b in PRINTED.findall(first + again)]
+    reset = next(c for c in printed if "--reset-password" in c)
+    export = next(c for c in printed if "squad_memory_export" in c)
+    assert str(tmp_path) in export and "manage.py" in export and not export.startswith("python")
+
+    done = fresh_shell(reset, tmp_path)
+    assert done.returncode == 0, done.stderr
+    new = PASSWORD.search(done.stdout)
+    old = PASSWORD.search(first)
+    assert new and old and new.group(1) != old.group(1)
+    assert "Quit the server" not in done.stdout  # --no-serve: it does not take the port
+
+    done = fresh_shell(export, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(lines) == 100 and {line["session_id"] for line in lines} == {"demo-session"}
+
+
 @pytest.fixture
 def close_worker_connections() -> Iterator[None]:
     """Close the connection the async storage methods opened in their worker thread."""

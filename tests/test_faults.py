@@ -5,6 +5,8 @@ while compressions lag or fail."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
 import time
 from typing import Any
@@ -12,9 +14,12 @@ from typing import Any
 import pytest
 from agent_squad.types import ConversationMessage
 from django.db import connection
+from django.db.models import Sum
+from django.utils import timezone
 
 from squad_memory import compression
-from squad_memory.models import Compression, Message, Outcome, Slot
+from squad_memory.models import Compression, Limits, Message, Outcome, Slot
+from squad_memory.operations import forgetting
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from tests import summarizers
 from tests.celery_fixtures import queued_args
@@ -60,6 +65,37 @@ def test_output_larger_than_its_input_is_failed_and_not_applied(summarizer: Any)
     assert failed.exists() and "InvalidSummarizerOutput" in failed.first().error  # type: ignore[union-attr]
 
 
+def test_output_that_grows_is_not_applied_nor_tried_again_on_every_save() -> None:
+    """As many messages as it got, each just under MAX_SUMMARY_CHARS: the context would grow
+    hundreds of times. Refused, and saves try again only after PENDING_TIMEOUT."""
+    calls: list[int] = []
+
+    def growing(history: list[ConversationMessage], keep_last: int) -> list[ConversationMessage]:
+        calls.append(len(history))
+        return [
+            ConversationMessage(m.role, [{"text": f"{i} " + "x" * 3990}])
+            for i, m in enumerate(history)
+        ]
+
+    store = wrap(growing)
+    for i in range(3):
+        pair(store, i)
+    store.fetch_chat_sync(*KEY)  # activates: the compression is refused
+    stored = Message.objects.aggregate(total=Sum("tokens"))
+    s = slot()
+    assert calls == [6] and s.summary == [] and s.last_failed and s.buffer_tokens == stored["total"]
+    error = Compression.objects.get(outcome="failed").error
+    assert "InvalidSummarizerOutput" in error and "larger than its input" in error
+    for i in range(3, 13):
+        pair(store, i)  # twenty saves over the threshold
+    s = slot()
+    assert calls == [6] and s.summary == [] and s.state == "failed"
+    assert s.buffer_tokens == Message.objects.aggregate(total=Sum("tokens"))["total"]
+    Slot.objects.update(retry_after=timezone.now())  # PENDING_TIMEOUT has passed
+    pair(store, 13)
+    assert len(calls) == 2  # the next save over the threshold tries again
+
+
 # -- 3. no stuck claims ----------------------------------------------------------------------
 def _raiser(error: BaseException) -> Any:
     def summarize(history: list[ConversationMessage], keep_last: int) -> Any:
@@ -88,6 +124,27 @@ def test_an_interrupted_compression_releases_its_claim_logs_and_reraises(
     healthy.save_chat_message_sync(*KEY, msg("user", "q3"))  # the next save compresses
     assert slot().pending_since is None
     assert Compression.objects.filter(outcome="applied").count() == 1
+
+
+@pytest.mark.parametrize("interrupted", [False, True], ids=["returns", "interrupted"])
+def test_a_slot_deleted_while_it_compresses_logs_no_error(
+    caplog: pytest.LogCaptureFixture, interrupted: bool
+) -> None:
+    def erase_then_fold(history: list[ConversationMessage], keep_last: int) -> Any:
+        forgetting.forget("u")  # an erasure request lands while the summarizer runs
+        if interrupted:
+            raise KeyboardInterrupt
+        return summarizers.fold(history, keep_last)
+
+    store = wrap(erase_then_fold)
+    for i in range(3):
+        pair(store, i)
+    caplog.set_level(logging.INFO, logger="squad_memory")
+    with pytest.raises(KeyboardInterrupt) if interrupted else contextlib.nullcontext():
+        assert store.fetch_chat_sync(*KEY) == []  # activates; the slot is gone after it
+    assert not Slot.objects.exists() and not Compression.objects.exists()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert any("was deleted while it compressed" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.postgres
@@ -125,7 +182,7 @@ def test_a_dead_process_claim_is_taken_over_when_its_lease_runs_out(settings: An
     for i in range(3, 5):
         pair(store, i)  # each crossing save compresses: the buffer stays short
     s = slot()
-    dead = compression.claim(s.pk, 1, 1, lease_seconds=1)  # its process dies: never run
+    dead = compression.claim(s.pk, Limits(1, 0), lease_seconds=1)  # its process dies: never run
     assert dead is not None
     assert store.compress_now(*KEY).outcome == Outcome.ALREADY_PENDING
     time.sleep(1.2)

@@ -8,12 +8,14 @@ from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.apps import apps
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from squad_memory import history, sweeping
-from squad_memory.forgetting import forget, idempotency_model, purge, purge_idle
-from squad_memory.models import Compression, Message, Slot
+from squad_memory.exceptions import ConfigurationError
+from squad_memory.models import Compression, IdempotencyKey, Message, Slot
+from squad_memory.operations import housekeeping
+from squad_memory.operations.forgetting import forget, purge, purge_idle
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +29,7 @@ def make(user: str, session: str, agent: str, count: int = 4, namespace: str = "
         {"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": f"{SECRET} {i}"}]}
         for i in range(count)
     ]
-    slot = history.append(namespace, (user, session, agent), batch, check_role=False).slot
+    slot = Slot.objects.append((user, session, agent), batch, namespace=namespace).slot
     Compression.objects.create(
         slot=slot,
         started_at=timezone.now(),
@@ -133,14 +135,13 @@ def test_forget_command_dry_run() -> None:
     assert Message.objects.count() == 5
 
 
-def test_report_names_idempotency_keys_only_where_the_model_exists() -> None:
+def test_report_counts_every_table_of_the_app() -> None:
     make("U", "s1", "a1")
     report = forget("U")
-    model = idempotency_model()
-    if model is None:
-        assert report.idempotency_keys == 0 and len(report.tables()) == 3
-    else:
-        assert model._meta.db_table in report.tables()
+    assert set(report.tables()) == {
+        m._meta.db_table for m in apps.get_app_config("squad_memory").get_models()
+    }
+    assert report.as_dict() == {"slots": 1, "messages": 4, "compressions": 1, "idempotency_keys": 0}
 
 
 def age(slot: Slot, days: float) -> None:
@@ -174,10 +175,10 @@ def test_purge_follows_retain_days(settings: Any) -> None:
 def test_sweep_applies_retention(settings: Any) -> None:
     old, recent = make("U", "s1", "a1"), make("V", "s1", "a1")
     Slot.objects.filter(pk=old.pk).update(updated_at=timezone.now() - timedelta(days=8))
-    sweeping.sweep()
+    housekeeping.sweep()
     assert Slot.objects.count() == 2  # RETAIN_DAYS unset
     settings.SQUAD_MEMORY = {"RETAIN_DAYS": 7}
-    sweeping.sweep()
+    housekeeping.sweep()
     assert list(Slot.objects.values_list("pk", flat=True)) == [recent.pk]
 
 
@@ -196,10 +197,48 @@ def test_purge_command(settings: Any) -> None:
 
 @pytest.mark.parametrize(
     ("days", "ok"),
-    [(None, True), (30, True), (0.5, True), (0, False), (-1, False), ("30", False), (True, False)],
+    [
+        (None, True),
+        (30, True),
+        (0.5, True),
+        (36525, True),
+        (0, False),
+        (-1, False),
+        ("30", False),
+        (True, False),
+        (1e6, False),  # further back than year 1: purge and the sweep would overflow
+        (float("inf"), False),
+        (float("nan"), False),
+    ],
 )
 def test_retain_days_is_checked(settings: Any, days: Any, ok: bool) -> None:
-    from squad_memory.checks import check_retention
+    from squad_memory.checks import check_settings
 
     settings.SQUAD_MEMORY = {"RETAIN_DAYS": days}
-    assert [e.id for e in check_retention()] == ([] if ok else ["squad_memory.E030"])
+    assert [e.id for e in check_settings()] == ([] if ok else ["squad_memory.E030"])
+
+
+@pytest.mark.parametrize("days", [1e6, float("inf"), float("nan"), 0, -1, "30"])
+def test_purge_and_the_sweep_refuse_a_retain_days_out_of_range(settings: Any, days: Any) -> None:
+    """No OverflowError (and no deleting everything for 0 or less): a clear error, after the
+    sweep has purged the expired idempotency keys all the same."""
+    slot = make("U", "s1", "a1")
+    age(slot, 10_000)
+    IdempotencyKey.objects.create(
+        user="1",
+        key="old",
+        request_hash="h",
+        status=201,
+        body={},
+        created_at=timezone.now() - timedelta(days=2),
+    )
+    settings.SQUAD_MEMORY = {"RETAIN_DAYS": days}
+    with pytest.raises(ConfigurationError, match=r"RETAIN_DAYS.*at most 36525"):
+        purge(NOW)
+    with pytest.raises(ConfigurationError, match="RETAIN_DAYS"):
+        housekeeping.sweep()
+    assert not IdempotencyKey.objects.exists()  # the sweep purged the expired key first
+    for command in ("squad_memory_purge", "squad_memory_sweep"):
+        with pytest.raises(CommandError, match="RETAIN_DAYS"):
+            call_command(command, stdout=StringIO(), stderr=StringIO())
+    assert Slot.objects.filter(pk=slot.pk).exists()

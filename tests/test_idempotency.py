@@ -2,24 +2,33 @@
 
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
+from io import StringIO
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.apps import apps
+from django.core.management import call_command
+from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from squad_memory import sweeping
-from squad_memory.idempotency import (
+from squad_memory.models import IdempotencyKey, Slot
+from squad_memory.operations import forgetting, housekeeping
+from squad_memory.operations.idempotency import (
     Answer,
     IdempotencyKeyReused,
     once,
     purge_expired,
     request_hash,
 )
-from squad_memory.models import IdempotencyKey, Slot
+from tests.api_support import Users, client_for, one, post
+from tests.conftest import extra
 
 pytestmark = pytest.mark.django_db
+pytest_plugins = ["tests.api_fixtures"]
 
 
 def test_request_hash_ignores_key_order_but_not_values() -> None:
@@ -69,5 +78,63 @@ def test_purge_expired_and_the_sweep_delete_old_keys() -> None:
     assert purge_expired() == 1
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["young"]
     with override_settings(SQUAD_MEMORY={"IDEMPOTENCY_TTL": 3600}):
-        sweeping.sweep()
+        housekeeping.sweep()
     assert not IdempotencyKey.objects.exists()
+
+
+# -- erasure: the stored answers hold the posted text ------------------------------------------
+SECRET = "my card number is 4111"
+
+
+def keyed(client: Any, key: str, session: str = "s1", text: str = SECRET) -> Any:
+    body = {"session_id": session, "agent_id": "a1", "messages": [one("user", text)]}
+    return post(client, body, HTTP_IDEMPOTENCY_KEY=key)
+
+
+def answers_of(user: Any) -> list[str]:
+    return sorted(IdempotencyKey.objects.filter(user=str(user.pk)).values_list("key", flat=True))
+
+
+def test_deleting_a_slot_deletes_its_answers_and_a_retry_is_a_new_request(users: Users) -> None:
+    extra("rest_framework", "api")
+    client = client_for(users.owner)
+    first = keyed(client, "k-1")
+    assert first.status_code == 201 and keyed(client, "k-2", "s2").status_code == 201
+    assert keyed(client_for(users.other), "k-1").status_code == 201  # same key, other account
+    assert client.delete(f"/api/slots/{first.json()['slot']['id']}/").status_code == 204
+    assert answers_of(users.owner) == ["k-2"] and answers_of(users.other) == ["k-1"]
+    retry = keyed(client, "k-1")  # not the old 201 of a slot that no longer exists
+    assert retry.status_code == 201 and "Idempotent-Replayed" not in retry
+    assert retry.json()["slot"]["id"] != first.json()["slot"]["id"]
+    assert Slot.objects.filter(pk=retry.json()["slot"]["id"]).exists()
+    assert answers_of(users.owner) == ["k-1", "k-2"]
+
+
+def test_forgetting_a_user_deletes_their_answers_and_counts_them(users: Users) -> None:
+    extra("rest_framework", "api")
+    client = client_for(users.owner)
+    for key, session in (("k-1", "s1"), ("k-2", "s1"), ("k-3", "s2")):
+        assert keyed(client, key, session, f"{SECRET} {key}").status_code == 201
+    assert keyed(client_for(users.other), "k-1").status_code == 201
+    owner = str(users.owner.pk)
+    assert forgetting.forget(owner, "s2", dry_run=True).idempotency_keys == 1
+    assert forgetting.forget(owner, "s2").idempotency_keys == 1
+    out = StringIO()
+    call_command("squad_memory_forget", "--user", owner, stdout=out, stderr=StringIO())
+    assert f"{IdempotencyKey._meta.db_table}: 2" in out.getvalue()
+    assert answers_of(users.owner) == [] and answers_of(users.other) == ["k-1"]
+    bodies = IdempotencyKey.objects.values_list("body", flat=True)
+    assert not any(f"{SECRET} k-" in str(body) for body in bodies)  # none of their text is left
+
+
+def test_the_migration_ties_stored_answers_to_their_slots() -> None:
+    migration = importlib.import_module("squad_memory.migrations.0007_erasure_and_backoff")
+    slot = Slot.objects.create(user_id="u", session_id="s", agent_id="a")
+    for key, body in (("tied", {"slot": {"id": slot.pk}}), ("gone", {"slot": {"id": 0}}), ("x", [])):
+        IdempotencyKey.objects.create(
+            user="1", key=key, request_hash="h", status=201, body=body, created_at=timezone.now()
+        )
+    migration.tie_answers_to_slots(apps, SimpleNamespace(connection=connection))
+    assert dict(IdempotencyKey.objects.values_list("key", "slot_id")) == {"tied": slot.pk, "x": None}
+    slot.delete()
+    assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["x"]

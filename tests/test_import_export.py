@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,8 @@ from django.core.management import CommandError, call_command
 from squad_memory.models import Message, Slot
 from squad_memory.storage import DjangoChatStorage, get_storage
 from tests.conftest import msg, texts
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.django_db
 
@@ -169,3 +174,22 @@ def test_export_round_trips_through_import(tmp_path: Path) -> None:
     again = io.StringIO()
     call_command("squad_memory_export", stdout=again)
     assert [json.loads(x) for x in again.getvalue().splitlines()] == exported
+
+
+@pytest.mark.django_db(transaction=True)
+def test_export_into_a_pipe_that_closes_early_ends_quietly(tmp_path: Path) -> None:
+    # A real pipe to head: the export writes far more than the pipe holds, head leaves after
+    # three lines, and the export's next write meets a closed pipe.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SQUAD_MEMORY", "DATABASE"))}
+    env.update(DATABASE_URL=f"sqlite:///{tmp_path}/db.sqlite3", SQUAD_MEMORY_VAR_DIR=str(tmp_path))
+    words = " ".join(["padding"] * 20)
+    path = write(tmp_path, [line("u", "s", "a", ("user", "assistant")[i % 2], f"m{i} {words}") for i in range(3000)])
+    for command in (["migrate", "-v0"], ["squad_memory_import", path, "--quiet"]):
+        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True)
+    done = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" manage.py squad_memory_export | head -n 3'],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 3
+    assert json.loads(done.stdout.splitlines()[0])["content"][0]["text"].startswith("m0 ")
+    assert done.stderr == "", done.stderr  # no BrokenPipeError traceback

@@ -4,6 +4,7 @@ through SummarizingChatStorage(DjangoChatStorage(), ...)."""
 from __future__ import annotations
 
 import asyncio
+import io
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from agent_squad.orchestrator import AgentSquad
 from agent_squad.types import ConversationMessage
 
 from squad_memory.models import Compression, Message
+from squad_memory.operations import transfer
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from tests import summarizers
 
@@ -71,3 +73,36 @@ def test_orchestrator_sees_compressed_buffers_and_raw_history_is_whole() -> None
     assert merged[1].content[0]["text"] == f"[{travel.id}] {travel.id} answers {questions[0]}"
     assert classifier.history_lengths[-1] == 2 * len(questions) - 2
     assert Compression.objects.filter(outcome="applied").count() >= 10
+
+
+def talk_to_one_agent(turns: int, session: str, **options: Any) -> list[ConversationMessage]:
+    """``turns`` turns through a real AgentSquad with one agent; then ``fetch_all_chats``."""
+    agent = EchoAgent("Tech Agent")
+    storage = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, trigger_at=5, keep_last=2)
+    squad = AgentSquad(
+        storage=storage, classifier=KeywordClassifier(agent, agent), options={"LOG_EXECUTIONS": False, **options}
+    )
+    squad.add_agent(agent)
+
+    async def talk() -> list[ConversationMessage]:
+        for i in range(turns):
+            await squad.route_request(f"laptop question {i}", "user-1", session)
+        return await storage.fetch_all_chats("user-1", session)
+
+    return asyncio.run(talk())
+
+
+def test_agent_squad_keeps_max_message_pairs_per_agent_in_fetch_all_chats() -> None:
+    # What the README says: AgentSquad saves with MAX_MESSAGE_PAIRS_PER_AGENT (100, counted
+    # in messages) as max_history_size, so fetch_all_chats shows the newest 100 of a slot.
+    merged = talk_to_one_agent(60, "default")
+    assert len(merged) == 100 and merged[0].content[0]["text"] == "laptop question 10"
+    stored = Message.objects.filter(slot__session_id="default")
+    assert stored.count() == 120 and stored.trimmed().count() == 20 == 120 - stored.visible().count()
+    assert stored.order_by("seq").first().is_trimmed  # type: ignore[union-attr]
+    out = io.StringIO()
+    assert transfer.export(out, session_id="default") == 120  # the export has them all
+    # With no limit, fetch_all_chats is the whole raw history.
+    whole = talk_to_one_agent(60, "whole", MAX_MESSAGE_PAIRS_PER_AGENT=None)
+    assert len(whole) == 120 and whole[0].content[0]["text"] == "laptop question 0"
+    assert not Message.objects.filter(slot__session_id="whole").trimmed().exists()

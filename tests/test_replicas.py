@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import connections
 from django.test import override_settings
+from django.utils import timezone
 
 from squad_memory.models import Compression, Message, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
@@ -122,3 +126,71 @@ def test_display_reads_may_use_the_replica() -> None:
     with override_settings(DATABASE_ROUTERS=[router]):
         assert Slot.objects.count() == 0
     assert router.replica_reads and router.replica_reads[0].startswith("Slot")
+
+
+@pytest.fixture
+def lagging_replica(transactional_db: None) -> Iterator[Callable[[], None]]:
+    """``freeze()``: from then on the replica alias sees the database as it was then, as a
+    replica that never catches up (a REPEATABLE READ snapshot held open). Ended before the
+    test database is flushed (this fixture depends on ``transactional_db``)."""
+    replica = connections["replica"]
+
+    def freeze() -> None:
+        replica.ensure_connection()
+        replica.set_autocommit(False)
+        with replica.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute("SELECT count(*) FROM squad_memory_slot")
+
+    yield freeze
+    if not replica.get_autocommit():
+        replica.rollback()
+        replica.set_autocommit(True)
+    replica.close()
+
+
+def own_replica_reads(router: PrimaryReplicaRouter) -> list[str]:
+    """The reads squad_memory's code sent to the replica (a test's own reads name no frame)."""
+    return [read for read in router.replica_reads if "<- " in read]
+
+
+def test_forget_deletes_on_the_primary_what_the_replica_does_not_see_yet(
+    lagging_replica: Callable[[], None],
+) -> None:
+    router = PrimaryReplicaRouter()
+    lagging_replica()
+    for i in range(25):
+        DjangoChatStorage().save_chat_messages_sync(
+            "U", f"s{i}", "a", [msg("user", "q"), msg("assistant", "a")]
+        )
+    DjangoChatStorage().save_chat_messages_sync("V", "s0", "a", [msg("user", "kept")])
+    assert not Slot.objects.using("replica").exists()  # the replica lags
+    out = StringIO()
+    with override_settings(DATABASE_ROUTERS=[router]):
+        call_command("squad_memory_forget", "--user", "U", stdout=out, stderr=StringIO())
+    assert f"{Slot._meta.db_table}: 25" in out.getvalue()
+    assert f"{Message._meta.db_table}: 50" in out.getvalue()
+    assert list(Slot.objects.using("default").values_list("user_id", flat=True)) == ["V"]
+    assert Message.objects.using("default").count() == 1
+    assert own_replica_reads(router) == [], "\n".join(own_replica_reads(router))
+
+
+def test_purge_judges_idleness_on_the_primary(
+    lagging_replica: Callable[[], None], settings: Any
+) -> None:
+    settings.SQUAD_MEMORY = {"RETAIN_DAYS": 7}
+    store, long_ago = DjangoChatStorage(), timezone.now() - timedelta(days=10)
+    for session in ("active", "idle"):
+        store.save_chat_messages_sync("U", session, "a", [msg("user", "q")])
+    Slot.objects.using("default").update(updated_at=long_ago)
+    lagging_replica()  # the replica sees both slots idle for ten days
+    store.save_chat_messages_sync("U", "active", "a", [msg("assistant", "today")])
+    store.save_chat_messages_sync("U", "unseen", "a", [msg("user", "q")])
+    Slot.objects.using("default").filter(session_id="unseen").update(updated_at=long_ago)
+    router, out = PrimaryReplicaRouter(), StringIO()
+    with override_settings(DATABASE_ROUTERS=[router]):
+        call_command("squad_memory_purge", stdout=out, stderr=StringIO())
+    assert list(Slot.objects.using("default").values_list("session_id", flat=True)) == ["active"]
+    assert Message.objects.using("default").count() == 2
+    assert f"{Slot._meta.db_table}: 2" in out.getvalue()
+    assert own_replica_reads(router) == [], "\n".join(own_replica_reads(router))

@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 
 import squad_memory
-from squad_memory import history
-from squad_memory.models import Message
-from squad_memory.search import excerpt, extract_text, matching, terms
+from squad_memory.messages import extract_text
+from squad_memory.models import Message, Slot
+from squad_memory.search import excerpt, matching, terms
 from tests.conftest import msg
 
 pytestmark = pytest.mark.django_db
@@ -51,7 +51,7 @@ def store(*texts: str, user: str = "u") -> list[Message]:
         {"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": t}]}
         for i, t in enumerate(texts)
     ]
-    slot = history.append("", (user, "s", "a"), batch, check_role=False).slot
+    slot = Slot.objects.append((user, "s", "a"), batch).slot
     return list(Message.objects.filter(slot=slot).order_by("seq"))
 
 

@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from squad_memory import buffer
 from squad_memory.models import Message, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from tests import summarizers
+from tests.conftest import buffer_of
 
 TRIGGER_AT, KEEP_LAST = 3, 1
 roles = st.sampled_from(["user", "assistant"])
@@ -82,7 +82,7 @@ class Model:
 
 
 class StorageMachine(RuleBasedStateMachine):
-    #: Drive the async ChatStorage methods (the native path) instead of their sync twins.
+    #: Drive the async ChatStorage methods instead of their sync twins.
     use_async = False
 
     def __init__(self) -> None:
@@ -148,11 +148,11 @@ class StorageMachine(RuleBasedStateMachine):
             assert slot is None or not slot.active
         else:
             assert slot is not None and slot.active
-            assert [(m["role"], m["content"][0]["text"]) for m in buffer.read(slot)] == pairs(self.model.buffer)
+            assert [(m["role"], m["content"][0]["text"]) for m in buffer_of(slot)] == pairs(self.model.buffer)
 
     def teardown(self) -> None:
         summarizers.FLAKY["fail"] = False
-        if self.loop is not None:  # closes the loop's native connection
+        if self.loop is not None:
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
 

@@ -89,7 +89,8 @@ def test_trimmed_messages_stay_in_the_database_marked() -> None:
     assert texts(store.fetch_chat_sync("u", "s", "a")) == ["a4", "last"]
     rows = list(Message.objects.select_related("slot").order_by("seq"))
     assert len(rows) == 11
-    assert [r.trimmed for r in rows] == [True] * 9 + [False] * 2
+    assert [r.is_trimmed for r in rows] == [True] * 9 + [False] * 2
+    assert Message.objects.trimmed().count() == 9 and Message.objects.visible().count() == 2
 
 
 @pytest.mark.parametrize("size,expected", [(None, 6), (0, 6), (1, 6), (2, 2), (3, 2), (4, 4)])

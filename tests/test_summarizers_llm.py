@@ -28,6 +28,7 @@ from squad_memory.models import Compression, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage, get_storage
 from squad_memory.summarizers import LLMSummarizer, is_summary
 from squad_memory.summarizers.base import make_summary
+from tests import summarizers
 from tests.conftest import extra, msg, texts
 
 extra("openai", "openai")  # the backends drive the real SDKs against a local fake
@@ -220,6 +221,24 @@ def test_summary_size_is_capped(llm: FakeLLM) -> None:
     assert len(text) <= 500 and text.startswith("[Summary] word")
     assert text.endswith("[summary truncated to 500 characters]")
     assert "at most 490 characters" in llm.prompts()[0]
+
+
+class Verbose:
+    """A model that ignores the length asked for: the previous summary and every new line."""
+
+    label = "verbose"
+
+    def complete(self, system: str, prompt: str) -> str:
+        previous = prompt.split("<previous_summary>\n")[1].split("\n</previous_summary>")[0]
+        return previous + "\n" + prompt.split("<new_messages>\n")[1].split("\n</new_")[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_growing_summary_survives_many_compressions_in_a_row() -> None:
+    # max_chars above the setting: the summary keeps to MAX_SUMMARY_CHARS, or is refused.
+    with override_settings(SQUAD_MEMORY={"MAX_SUMMARY_CHARS": 1500}):
+        buffer = summarizers.compress_many_times(LLMSummarizer(Verbose(), max_chars=3000), 12)
+    assert buffer[0].content[0]["text"].endswith("[summary truncated to 1500 characters]")
 
 
 def test_timeout_gives_summarizer_timeout(llm: FakeLLM) -> None:

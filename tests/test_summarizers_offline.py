@@ -14,12 +14,13 @@ from squad_memory.storage import get_storage
 from squad_memory.summarizers import SUMMARY_PREFIX, OfflineSummarizer, is_summary
 from squad_memory.summarizers.base import cap, make_summary, split
 from squad_memory.summarizers.offline import summarize
+from tests import summarizers
 from tests.conftest import extra, msg, texts
 
 
 def conversation(n: int, tag: str = "m") -> list[Any]:
     return [
-        msg("user" if i % 2 == 0 else "assistant", f"{tag}{i} first sentence. {tag}{i} second.")
+        msg("user" if i % 2 == 0 else "assistant", f"{tag}{i} first sentence. {tag}{i} second, which the summary leaves out.")
         for i in range(n)
     ]
 
@@ -65,6 +66,16 @@ def test_offline_uses_the_setting_cap() -> None:
     with override_settings(SQUAD_MEMORY={"MAX_SUMMARY_CHARS": 300}):
         out = summarize(conversation(40), 2)
     assert len(out[0].content[0]["text"]) <= 300
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("max_chars", [None, 5000])
+def test_offline_survives_many_compressions_in_a_row(max_chars: int | None) -> None:
+    # 5000 is above the setting: the summarizer keeps to MAX_SUMMARY_CHARS, or is refused.
+    with override_settings(SQUAD_MEMORY={"MAX_SUMMARY_CHARS": 1000}):
+        buffer = summarizers.compress_many_times(OfflineSummarizer(max_chars), times=12)
+    text = buffer[0].content[0]["text"]
+    assert "lines were dropped to stay under 1000 characters" in text and "Covers" in text
 
 
 def test_offline_folds_a_foreign_summary_in() -> None:

@@ -7,6 +7,8 @@ against a real Redis broker and against a port where nothing listens.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -22,17 +24,20 @@ from celery import Celery
 from django.core.management import call_command
 from django.utils import timezone
 
-from squad_memory import buffer, compression, sweeping
+from squad_memory import compression
+from squad_memory.compression.celery import backoff
 from squad_memory.exceptions import SummarizerNotImportable
 from squad_memory.messages import to_messages
-from squad_memory.models import Compression, Slot
+from squad_memory.models import Compression, Limits, Slot
+from squad_memory.operations import housekeeping
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from squad_memory.summarizers import resolve
 from squad_memory.tasks import summarize_slot
 from squad_memory.tasks import sweep as sweep_task
 from tests import celery_summarizers as cs
-from tests.celery_fixtures import FOLD, queued_args
-from tests.conftest import msg, texts
+from tests.celery_fixtures import FOLD, REDIS_URL, _use_broker, queued_args
+from tests.conftest import buffer_of, msg, require, texts
+from tests.proxy import HangingProxy
 
 KEY = ("u1", "s1", "agent")
 
@@ -71,13 +76,13 @@ def slot() -> Slot:
 def claimed_slot(pairs: int) -> tuple[Slot, str]:
     """An active slot holding ``pairs`` pairs, with a compression claimed."""
     save_pairs(0, pairs)
-    s, claimed = compression.activate(slot().pk, None, 1, lease_seconds=600)
+    s, claimed = compression.activate(slot().pk, Limits(2, 1), lease_seconds=600, force=True)
     assert claimed
     return s, claimed.token
 
 
 def buffer_texts() -> list[str]:
-    return texts(to_messages(buffer.read(slot())))
+    return texts(to_messages(buffer_of(slot())))
 
 
 def applied() -> list[Compression]:
@@ -133,7 +138,7 @@ def test_output_is_dropped_when_the_buffer_head_moved(celery_settings: Any) -> N
         past = timezone.now() - timedelta(hours=1)
         Slot.objects.filter(pk=s.pk).update(pending_since=past, lease_until=past)
         save_pairs(3, 4)
-        newer = compression.claim(s.pk, 2, 1, lease_seconds=600)
+        newer = compression.claim(s.pk, Limits(2, 1), lease_seconds=600)
         assert newer is not None
         cs.DURING.append(lambda: None)  # the nested call must not recurse into this hook
         assert compression.run(newer, resolve(FOLD)).applied
@@ -177,7 +182,7 @@ def test_unimportable_summarizer_fails_each_attempt_with_the_reason(eager: Celer
 
 def test_backoff_is_exponential_and_capped(settings: Any) -> None:
     settings.SQUAD_MEMORY = {"CELERY_RETRY_BACKOFF": 2, "CELERY_RETRY_BACKOFF_MAX": 60}
-    assert [sweeping.backoff(n) for n in range(1, 8)] == [2, 4, 8, 16, 32, 60, 60]
+    assert [backoff(n) for n in range(1, 8)] == [2, 4, 8, 16, 32, 60, 60]
 
 
 @pytest.mark.django_db
@@ -295,7 +300,7 @@ def test_sweep_enqueues_free_and_abandoned_slots_only(
     inactive = _over_threshold_slot("inactive")
     Slot.objects.filter(pk=inactive.pk).update(active=False)
     with django_capture_on_commit_callbacks(execute=True):
-        report = sweeping.sweep()
+        report = housekeeping.sweep()
     assert report.as_dict() == {"enqueued": 2, "activated": 0}
     done = set(Compression.objects.filter(outcome="applied").values_list("slot_id", flat=True))
     assert done == {free.pk, abandoned.pk}
@@ -323,3 +328,85 @@ def test_sweep_in_inline_mode_compresses_right_away(celery_settings: Any) -> Non
     assert sweep_task.apply().get() == {"enqueued": 1, "activated": 0}
     (row,) = Compression.objects.all()
     assert (row.outcome, row.trigger) == ("applied", "sweep")
+
+
+# -- a Redis broker that hangs -------------------------------------------------------------
+
+
+def _publish_threads() -> int:
+    return sum(t.name == "squad-memory-publish" and t.is_alive() for t in threading.enumerate())
+
+
+AMQP_URL = os.environ.get("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+@pytest.fixture
+def broker(request: Any) -> tuple[str, tuple[str, int], str]:
+    """A real broker, Redis or RabbitMQ, to put behind a proxy: (scheme, address, path)."""
+    import redis
+    from kombu import Connection
+
+    if request.param == "redis":
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            client.ping()
+        except redis.RedisError as exc:
+            require(False, f"needs Redis at {REDIS_URL} ({exc})")
+        where = client.connection_pool.connection_kwargs
+        return "redis", (where["host"], where["port"]), f"/{where['db']}"
+    with Connection(AMQP_URL, connect_timeout=2) as amqp:
+        try:
+            amqp.ensure_connection(max_retries=1)
+        except Exception as exc:
+            require(False, f"needs RabbitMQ at {AMQP_URL} ({exc})")
+        return "amqp", (amqp.hostname, amqp.port), "//"
+
+
+@pytest.mark.services
+@pytest.mark.django_db
+@pytest.mark.parametrize("broker", ["redis", "amqp"], indirect=True)
+def test_a_hanging_broker_leaves_no_thread_and_queueing_resumes(
+    broker: Any, celery_settings: Any, caplog: Any
+) -> None:
+    """The hang starts before the process ever reached the broker: every publish gives up
+    within PUBLISH_TIMEOUT, its thread ends soon after, and once the broker answers again
+    the next saves are queued."""
+    scheme, target, tail = broker
+    proxy = HangingProxy(target)
+    queue = "squad-memory-hang-tests"
+    celery_settings.SQUAD_MEMORY = {
+        **celery_settings.SQUAD_MEMORY,
+        "PUBLISH_TIMEOUT": 0.5,
+        "CELERY_QUEUE": queue,
+    }
+    store = celery_store("tests.celery_summarizers.forbidden")
+    auth = "guest:guest@" if scheme == "amqp" else ""
+    try:
+        for app in _use_broker(f"{scheme}://{auth}127.0.0.1:{proxy.port}{tail}"):
+            save_pairs(0, 3, store)
+            store.fetch_chat_sync(*KEY)  # activates: the first publish, into the hang
+            started = time.monotonic()
+            save_pairs(3, 23, store)  # each save crosses the threshold and publishes
+            elapsed = time.monotonic() - started
+            assert caplog.text.count("Could not enqueue the compression") == 21
+            assert elapsed < 20 * (0.5 + 0.5), f"20 saves took {elapsed:.1f} s"
+            wait = time.monotonic() + 10
+            while _publish_threads() and time.monotonic() < wait:
+                time.sleep(0.1)
+            assert _publish_threads() == 0, "publish threads are still blocked on the broker"
+
+            proxy.recover()
+            for i in range(23, 26):
+                save_pairs(i, i + 1, store)
+                assert slot().pending_token, f"save {i} after the recovery was not queued"
+                Slot.objects.filter(pk=slot().pk).update(pending_token="", pending_since=None)
+            assert cs.CALLS == [] and proxy.accepted["forwarded"] >= 1
+            with app.connection_for_write() as connection:
+                waiting = connection.SimpleQueue(queue)
+                deadline = time.monotonic() + 10  # AMQP publishes land asynchronously
+                while waiting.qsize() < 3 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert waiting.qsize() == 3
+                waiting.clear()
+    finally:
+        proxy.close()

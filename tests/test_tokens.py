@@ -11,14 +11,15 @@ from django.apps import apps as django_apps
 from django.db import connection
 from django.db.models import F, Sum
 
-from squad_memory import sweeping, tokens
+import squad_memory
+from squad_memory import compression, rules
 from squad_memory.exceptions import ConfigurationError
-from squad_memory.messages import needs_compression
-from squad_memory.models import Compression, Message, Slot
+from squad_memory.models import Compression, Limits, Message, Slot
+from squad_memory.operations import housekeeping
+from squad_memory.rules import needs_compression
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
-from tests import summarizers
 from tests.celery_fixtures import queued_args
-from tests.conftest import msg, texts
+from tests.conftest import extra, msg, texts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 pytest_plugins = ["tests.celery_fixtures"]
@@ -48,7 +49,7 @@ def flaky_short(history: list[ConversationMessage], keep_last: int) -> list[Conv
     return short(history, keep_last)
 
 
-def wrap(summarizer: Any = summarizers.fold, trigger_at: int = 20, **kw: Any) -> SummarizingChatStorage:
+def wrap(summarizer: Any = short, trigger_at: int = 20, **kw: Any) -> SummarizingChatStorage:
     return SummarizingChatStorage(DjangoChatStorage(), summarizer, trigger_at, 1, **kw)
 
 
@@ -67,17 +68,17 @@ def assert_totals(s: Slot) -> None:
     s.refresh_from_db()
     rows = Message.objects.filter(slot=s, seq__gt=s.covered_seq)
     stored = rows.aggregate(total=Sum("tokens"))["total"] or 0
-    assert s.summary_tokens == tokens.count_all(s.summary)
+    assert s.summary_tokens == rules.count_all(s.summary)
     assert s.buffer_tokens == s.summary_tokens + stored
 
 
 # -- the counter -------------------------------------------------------------------------------
 def test_the_default_estimate_is_utf8_bytes_over_four_plus_a_cost_per_other_block() -> None:
-    assert tokens.estimate({"role": "user", "content": [], "citations": None}) == 0
-    assert tokens.estimate({"role": "user", "content": [{"text": "abcde"}]}) == 2
-    assert tokens.estimate({"role": "user", "content": [{"text": "é" * 4}]}) == 2  # 8 bytes
+    assert rules.estimate_tokens({"role": "user", "content": [], "citations": None}) == 0
+    assert rules.estimate_tokens({"role": "user", "content": [{"text": "abcde"}]}) == 2
+    assert rules.estimate_tokens({"role": "user", "content": [{"text": "é" * 4}]}) == 2  # 8 bytes
     blocks = [{"text": "abcd"}, {"image": {"format": "png"}}, {"toolUse": {"name": "x"}}]
-    assert tokens.estimate({"role": "user", "content": blocks}) == 1 + 2 * tokens.NON_TEXT_BLOCK_TOKENS
+    assert rules.estimate_tokens({"role": "user", "content": blocks}) == 1 + 2 * rules.NON_TEXT_BLOCK_TOKENS
 
 
 def test_each_message_is_counted_once_at_save_and_stored() -> None:
@@ -101,15 +102,36 @@ def test_a_custom_counter_plugged_by_dotted_path(settings: Any) -> None:
     store.fetch_chat_sync(*KEY)  # 5 words: not over 7, no activation
     assert not slot().active
     store.save_chat_message_sync(*KEY, msg("user", "six seven eight"))
-    assert texts(store.fetch_chat_sync(*KEY))[0].startswith("S(")  # 8 words > 7: activated
+    assert texts(store.fetch_chat_sync(*KEY))[0] == "S1"  # 8 words > 7: activated
     assert_totals(slot())
 
 
-def test_a_counter_must_return_an_int(settings: Any) -> None:
-    settings.SQUAD_MEMORY = {"TOKEN_COUNTER": lambda m: "many"}
-    with pytest.raises(Exception, match="must return an int"):
-        DjangoChatStorage().save_chat_message_sync(*KEY, msg("user", "hi"))
-    assert not Message.objects.exists()
+def raises(message: dict[str, Any]) -> int:
+    raise RuntimeError("the tokenizer is not installed")
+
+
+@pytest.mark.parametrize(
+    ("counter", "reason"),
+    [
+        (lambda m: "many", "it returned str, not int"),
+        (raises, "RuntimeError: the tokenizer is not installed"),
+        ("no.such.counter", "cannot be imported"),
+    ],
+)
+def test_a_failing_counter_never_loses_the_message(
+    settings: Any, caplog: pytest.LogCaptureFixture, counter: Any, reason: str
+) -> None:
+    settings.SQUAD_MEMORY = {"TOKEN_COUNTER": counter}
+    DjangoChatStorage().save_chat_message_sync(*KEY, msg("user", "x" * 40))
+    assert list(Message.objects.values_list("tokens", flat=True)) == [10]  # the estimate
+    assert reason in caplog.text and "stored with the estimate" in caplog.text
+
+
+def test_a_count_past_a_32_bit_integer_is_stored_as_the_largest_one(settings: Any) -> None:
+    settings.SQUAD_MEMORY = {"TOKEN_COUNTER": lambda m: 2**40}
+    DjangoChatStorage().save_chat_messages_sync(*KEY, [msg("user", "a"), msg("assistant", "b")])
+    assert set(Message.objects.values_list("tokens", flat=True)) == {2**31 - 1}
+    assert slot().buffer_tokens == 2 * (2**31 - 1)
 
 
 # -- TRIGGER_TOKENS ----------------------------------------------------------------------------
@@ -163,7 +185,7 @@ def test_a_save_during_a_compression_keeps_the_total_exact() -> None:
     def saving(history: list[ConversationMessage], keep_last: int) -> list[ConversationMessage]:
         if not Message.objects.filter(role="user", content__0__text="meanwhile").exists():
             plain.save_chat_message_sync(*KEY, msg("user", "meanwhile"))  # no transaction open
-        return summarizers.fold(history, keep_last)
+        return short(history, keep_last)
 
     store = wrap(saving, trigger_at=20, trigger_tokens=50)
     for i in range(3):
@@ -179,7 +201,7 @@ def test_reset_and_reactivation_recount_the_buffer() -> None:
     for i in range(3):
         say(store, i)
     store.fetch_chat_sync(*KEY)
-    store.memory.reset(slot().pk)
+    assert compression.reset(slot().pk)
     assert not slot().active and slot().summary_tokens == 0
     assert_totals(slot())  # every stored row again
     assert slot().buffer_tokens == 60
@@ -203,14 +225,15 @@ def test_the_sweep_applies_the_same_rule(settings: Any) -> None:
         DjangoChatStorage().save_chat_messages_sync("u", "s", agent, rows)
         s.refresh_from_db()
         assert s.buffer_tokens == 20 * pairs
-    over = set(Slot.objects.over_threshold(20, 50).values_list("agent_id", flat=True))
-    rule = {s.agent_id for s in Slot.objects.filter(active=True) if s.needs_compression(20, 50)}
+    limits = Limits(20, 1, trigger_tokens=50)
+    over = set(Slot.objects.over_threshold(limits).values_list("agent_id", flat=True))
+    rule = {s.agent_id for s in Slot.objects.filter(active=True) if s.needs_compression(limits)}
     assert over == rule == {"many", "override"}
-    assert set(Slot.objects.inactive_over_threshold(20, 50).values_list("agent_id", flat=True)) == {
-        "inactive"
-    }
-    assert not Slot.objects.over_threshold(20).filter(agent_id="many").exists()  # tokens off
-    report = sweeping.sweep(activate=True)
+    inactive = Slot.objects.inactive_over_threshold(limits)
+    assert set(inactive.values_list("agent_id", flat=True)) == {"inactive"}
+    no_tokens = Slot.objects.over_threshold(Limits(20, 1))
+    assert not no_tokens.filter(agent_id="many").exists()  # tokens off
+    report = housekeeping.sweep(activate=True)
     assert (report.enqueued, report.activated) == (2, 1)
     for s in Slot.objects.all():
         assert_totals(s)
@@ -220,6 +243,10 @@ def test_the_rule_is_one_function() -> None:
     assert needs_compression(5, 2) and not needs_compression(4, 2)
     assert needs_compression(1, 20, 101, 100) and not needs_compression(1, 20, 100, 100)
     assert not needs_compression(1, 20, 10**9, None)
+    # A prefix over the budget: folded again after half a budget, or once its kept pairs left
+    assert not needs_compression(4, 20, 150, 100, 140, 3, keep_last=2)
+    assert needs_compression(5, 20, 150, 100, 140, 4, keep_last=2)
+    assert needs_compression(3, 20, 160, 100, 150, 2, keep_last=0)
 
 
 # -- MAX_BUFFER_TOKENS -------------------------------------------------------------------------
@@ -235,11 +262,11 @@ def test_max_buffer_tokens_bounds_what_fetch_returns(settings: Any) -> None:
             say(store, i)
         s = slot()
         assert s.buffer_tokens > 100 and s.state == "over_limit"
-        assert set(Slot.objects.in_state("over_limit", 2, None, 100)) == {s}
+        assert set(Slot.objects.in_state("over_limit", Limits(2, 1, max_buffer_tokens=100))) == {s}
         fetched = store.fetch_chat_sync(*KEY)
         prefix, tail = fetched[: s.summary_length], fetched[s.summary_length :]
         assert [m.content for m in prefix] == [m["content"] for m in s.summary]
-        spent = s.summary_tokens + sum(tokens.estimate({"content": m.content}) for m in tail)
+        spent = s.summary_tokens + sum(rules.estimate_tokens({"content": m.content}) for m in tail)
         assert spent <= 100
         assert len(tail) >= 2 and texts(tail)[-1].startswith("a11")  # the newest fit
         roles = [m.role for m in fetched[s.summary_length - 1 :]]  # the tail follows the prefix
@@ -279,9 +306,9 @@ def test_token_budgets_cost_no_query_that_grows_with_the_history(
         if Compression.objects.count() == 2:
             break
     assert Compression.objects.filter(outcome="applied").count() == 2
-    assert fetch.count <= 2, fetch.statements
-    assert save.count <= 6, save.statements
-    assert compressing.count <= 6, compressing.statements
+    assert fetch.count == 1, fetch.statements
+    assert save.count <= 2, save.statements
+    assert compressing.count <= 9, compressing.statements
     assert_totals(slot())
     for n in range(i + 1, i + 5):  # four more messages after the summary, 10 tokens each
         store.save_chat_message_sync(*KEY, msg(["user", "assistant"][n % 2], f"n{n}".ljust(40)))
@@ -327,13 +354,9 @@ def slot_by(agent: str) -> Slot:
     return Slot.objects.get(agent_id=agent)
 
 
-def test_the_fixed_insert_stays_under_sqlites_variable_limit() -> None:
-    from squad_memory import sql
-
-    assert "tokens" in sql.MESSAGE_COLUMNS
-    assert sql.INSERT_CHUNK * len(sql.MESSAGE_COLUMNS) <= 999
-    rows = [msg("user" if i % 2 == 0 else "assistant", "x" * 8) for i in range(2 * sql.INSERT_CHUNK + 1)]
-    DjangoChatStorage().save_chat_messages_sync(*KEY, rows)  # three INSERT statements
+def test_a_long_batch_stays_under_sqlites_variable_limit() -> None:
+    rows = [msg("user" if i % 2 == 0 else "assistant", "x" * 8) for i in range(241)]
+    DjangoChatStorage().save_chat_messages_sync(*KEY, rows)  # bulk_create batches the INSERTs
     assert slot().buffer_tokens == 2 * len(rows)
     assert_totals(slot())
 
@@ -344,9 +367,10 @@ def test_the_sweeps_query_and_the_rule_agree_on_every_case() -> None:
         [0, 40, 49, 51, 90, 200],  # tokens after the summary
         [None, 50],  # the slot's override
         [None, 100],  # the default
-        [2, 41],  # tail messages (trigger_at 20: 41 > 40 trips by pairs)
+        [2, 3, 4, 41],  # tail messages (trigger_at 20: 41 > 40 trips by pairs)
+        [None, 0],  # the slot's keep_last (a prefix over the budget is folded after 2 pairs, or 1)
     )
-    for n, (summary, tail_tokens, override, default, tail) in enumerate(cases):
+    for n, (summary, tail_tokens, override, default, tail, keep) in enumerate(cases):
         Slot.objects.create(
             user_id="u",
             session_id=f"{default}",
@@ -357,16 +381,18 @@ def test_the_sweeps_query_and_the_rule_agree_on_every_case() -> None:
             buffer_tokens=summary + tail_tokens,
             last_seq=tail,
             trigger_tokens=override,
+            keep_last=keep,
         )
     for default in (None, 100):
         slots = Slot.objects.filter(session_id=f"{default}")
-        over = set(slots.over_threshold(20, default).values_list("pk", flat=True))
-        rule = {s.pk for s in slots if s.needs_compression(20, default)}
+        limits = Limits(20, 2, trigger_tokens=default)
+        over = set(slots.over_threshold(limits).values_list("pk", flat=True))
+        rule = {s.pk for s in slots if s.needs_compression(limits)}
         assert over == rule and 0 < len(rule) < slots.count()
 
 
 def test_celery_mode_queues_one_compression_on_a_token_crossing(redis_queue: Any) -> None:
-    store = wrap("tests.celery_summarizers.fold", trigger_at=20, mode="celery", trigger_tokens=50)
+    store = wrap("tests.celery_summarizers.short", trigger_at=20, mode="celery", trigger_tokens=50)
     for i in range(2):
         say(store, i)  # 40 tokens
     store.fetch_chat_sync(*KEY)
@@ -376,3 +402,60 @@ def test_celery_mode_queues_one_compression_on_a_token_crossing(redis_queue: Any
     say(store, 3)  # the claim is held: no second task
     assert slot().active and len(queued_args(redis_queue)) == 1
     assert_totals(slot())
+
+
+# -- a message bigger than the whole budget ------------------------------------------------------
+BIG_TURN = 3
+
+
+def conversation_saver(path: str) -> Any:
+    """Save one message as agent-squad does (``"storage"``) or as an API client posts it."""
+    store = squad_memory.get_storage()
+    if path == "storage":
+        return lambda role, text: store.save_chat_message_sync(*KEY, msg(role, text))
+    from tests.api_support import client_for, make_user, one, post
+
+    user = make_user("big")
+    client = client_for(user)
+    KEY_OF[path] = (str(user.pk), "s", "a")
+
+    def save(role: str, text: str) -> None:
+        body = {"session_id": "s", "agent_id": "a", "message": one(role, text)}
+        assert post(client, body).status_code == 201
+
+    return save
+
+
+KEY_OF: dict[str, tuple[str, str, str]] = {"storage": KEY}
+
+
+@pytest.mark.parametrize("path", ["storage", "api"])
+def test_a_message_bigger_than_the_budget_never_freezes_the_context(
+    settings: Any, path: str
+) -> None:
+    """The README's budget and a 60 KB message (the API accepts up to MAX_MESSAGE_BYTES):
+    every fetch ends with the newest turn, the big message is shown verbatim while it is
+    among the kept pairs, then folded, and the context is back within MAX_BUFFER_TOKENS."""
+    if path == "api":
+        extra("rest_framework", "api")
+    settings.SQUAD_MEMORY = {"TRIGGER_TOKENS": 6000, "MAX_BUFFER_TOKENS": 12000}
+    save, store = conversation_saver(path), squad_memory.get_storage()
+    key = KEY_OF[path]
+    big = "This is the big one. " + "z" * (60 * 1024)
+    for turn in range(25):
+        question = big if turn == BIG_TURN else f"question {turn}. " + "w" * 200
+        store.fetch_chat_sync(*key)  # the agent reads its context, then both are saved
+        save("user", question)
+        assert texts(store.fetch_chat_sync(*key))[-1] == question
+        save("assistant", f"answer {turn}.")
+        fetched = store.fetch_chat_sync(*key)
+        assert texts(fetched)[-2:] == [question, f"answer {turn}."], turn
+        roles = [m.role for m in fetched]
+        assert all(a != b for a, b in itertools.pairwise(roles)), turn
+        spent = sum(rules.estimate_tokens({"content": m.content}) for m in fetched)
+        if turn <= BIG_TURN + 1:  # within the keep_last (2) pairs after it
+            assert spent <= 12000 + rules.estimate_tokens({"content": [{"text": big}]}), turn
+        else:  # compressions caught up: the big message is folded into the summary
+            assert spent <= 12000 and big not in texts(fetched), turn
+    outcomes = list(Compression.objects.values_list("outcome", flat=True))
+    assert outcomes.count("applied") >= 2 and "failed" not in outcomes

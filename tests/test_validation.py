@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
+from io import StringIO
 
 import pytest
 from django.test import override_settings
 
 import squad_memory
 from squad_memory.exceptions import InvalidSlotKey
-from squad_memory.messages import validate_key
-from squad_memory.validation import id_problem, json_size, visible
-from tests.conftest import msg
+from squad_memory.models import Message, Slot
+from squad_memory.operations import transfer
+from squad_memory.rules import id_problem, json_size, validate_key, visible
+from squad_memory.storage import DjangoChatStorage
+from tests.conftest import extra, msg
 
 
 @pytest.mark.parametrize("value", ["a", "ticket-1234", "é/ü 漢字", "x" * 255])
@@ -49,3 +53,62 @@ def test_json_size_is_compact_utf8() -> None:
     value = {"a": [1, 2, 3], "b": "é"}
     assert json_size(value) == len('{"a":[1,2,3],"b":"é"}'.encode())
     assert json_size(value) < len(json.dumps(value).encode())
+
+
+#: Characters that make one id display as another, each refused as a class (issue 22).
+LOOKALIKES = {
+    "LRM": "\u200e",
+    "RLM": "\u200f",
+    "ALM": "\u061c",
+    "INVISIBLE TIMES": "\u2062",
+    "SOFT HYPHEN": "\u00ad",
+    "COMBINING GRAPHEME JOINER": "\u034f",
+    "TAG LATIN SMALL LETTER A": "\U000e0061",
+    "CANCEL TAG": "\U000e007f",
+    "HANGUL FILLER": "\u3164",
+    "VS16": "\ufe0f",
+    "LINE SEPARATOR": "\u2028",
+    "MONGOLIAN VOWEL SEPARATOR": "\u180e",
+    "NBSP": "\u00a0",
+}
+
+
+@pytest.mark.parametrize("char", LOOKALIKES.values(), ids=LOOKALIKES.keys())
+def test_every_entry_point_refuses_invisible_and_bidi_characters(db: object, char: str) -> None:
+    escape = f"U+{ord(char):04X}"
+    for store in (DjangoChatStorage(), squad_memory.get_storage()):
+        with pytest.raises(InvalidSlotKey, match=re.escape(escape)):
+            store.save_chat_message_sync("u", f"ticket{char}1", "a", msg("user", "x"))
+        with pytest.raises(InvalidSlotKey, match=re.escape(escape)):
+            store.fetch_chat_sync(f"u{char}", "s", "a")
+    line = {
+        "user_id": "u",
+        "session_id": "s",
+        "agent_id": f"a{char}",
+        "role": "user",
+        "content": "x",
+    }
+    report = transfer.validate(StringIO(json.dumps(line) + "\n"))
+    assert [n for n, _ in report.errors] == [1] and escape in report.errors[0][1]
+    assert not Slot.objects.exists() and not Message.objects.exists()
+
+
+@pytest.mark.parametrize("char", LOOKALIKES.values(), ids=LOOKALIKES.keys())
+def test_the_api_refuses_invisible_and_bidi_characters(db: object, char: str) -> None:
+    extra("rest_framework", "api")
+    from tests.api_support import client_for, make_user, one, post
+
+    client = client_for(make_user("writer"))
+    body = {"session_id": f"s{char}", "agent_id": "a", "message": one("user", "x")}
+    response = post(client, body)
+    assert response.status_code == 400 and f"U+{ord(char):04X}" in str(
+        response.json()["session_id"]
+    )
+    assert not Slot.objects.exists()
+
+
+@pytest.mark.parametrize("char", LOOKALIKES.values(), ids=LOOKALIKES.keys())
+def test_ids_stored_before_the_rule_show_escaped(db: object, char: str) -> None:
+    slot = Slot.objects.create(user_id=f"u{char}", session_id="s", agent_id=f"a{char}")
+    shown = str(slot)
+    assert char not in shown and shown == f"u<U+{ord(char):04X}>/s/a<U+{ord(char):04X}>"

@@ -3,7 +3,7 @@
 Connects to the database named by DATABASE_URL and saves COUNT messages (tagged
 with NAME) to one slot, as batch saves of pairs or as single saves. The modes
 "async-batch" and "async-single" do the same through the async API, inside one
-``asyncio.run`` (so the native async path saves once the slot exists).
+``asyncio.run``.
 """
 
 from __future__ import annotations
@@ -59,20 +59,7 @@ def main(name: str, mode: str, count: int) -> None:
         DjangoChatStorage(), "tests.summarizers.fold", int(os.environ.get("TRIGGER_AT", "5")), 2
     )
     if mode.startswith("async-"):
-        from squad_memory import native
-
-        saved_natively = 0
-        real_save = native.save
-
-        async def counted_save(*args: Any, **kwargs: Any) -> Any:
-            nonlocal saved_natively
-            saved = await real_save(*args, **kwargs)
-            saved_natively += saved is not None
-            return saved
-
-        native.save = counted_save
         asyncio.run(write_async(store, name, mode, count))
-        print(f"native saves: {saved_natively}", flush=True)
     else:
         write(store, name, mode, count)
 

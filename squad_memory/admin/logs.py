@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import flatten
 from django.http import HttpRequest
 from django.template.defaultfilters import truncatechars
 from django.template.loader import render_to_string
@@ -12,15 +13,19 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
+from squad_memory.admin.slots import CSS
 from squad_memory.compression import log
-from squad_memory.models import Compression, Message
+from squad_memory.models import Compression, Message, Slot
+from squad_memory.rules import visible
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Viewable with the view permission; never added, changed or deleted in the admin."""
 
+    list_select_related = ["slot"]
+
     class Media:
-        css = {"all": ["squad_memory/admin.css"]}
+        css = CSS
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -31,20 +36,24 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    @admin.display(description=_("slot"), ordering="slot")
+    def conversation(self, row: Message | Compression) -> str:
+        """The slot's ids, spaced so that a narrow column wraps between them."""
+        slot: Slot = row.slot
+        ids = [slot.namespace] if slot.namespace else []
+        return " / ".join(visible(i) for i in [*ids, slot.user_id, slot.session_id, slot.agent_id])
 
-def _blocks_html(entries: list[transcript.Entry], **extra: Any) -> SafeString:
-    html = render_to_string(
-        "admin/squad_memory/includes/entries.html", {"entries": entries, **extra}
-    )
-    return SafeString(html)  # rendered by a template with autoescaping on
+
+def _render(template: str, **context: Any) -> SafeString:
+    # Rendered by a template with autoescaping on.
+    return SafeString(render_to_string(f"admin/squad_memory/includes/{template}", context))
 
 
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
     """The raw history, one row per accepted message."""
 
-    list_display = ["slot", "seq", "role", "preview", "time", "trimmed"]
-    list_select_related = ["slot"]
+    list_display = ["conversation", "seq", "role", "preview", "time", "trimmed"]
     list_filter = ["role"]
     search_fields = ["slot__user_id", "slot__session_id", "slot__agent_id"]
     show_full_result_count = False
@@ -54,7 +63,7 @@ class MessageAdmin(ReadOnlyAdmin):
     @admin.display(description=_("text"))
     def preview(self, message: Message) -> str:
         texts = [b.text or b.title for b in transcript.to_blocks(message.content)]
-        return truncatechars(" ".join(texts), 120)
+        return truncatechars(" ".join(texts), 200)
 
     @admin.display(description=_("time"), ordering="timestamp")
     def time(self, message: Message) -> Any:
@@ -62,11 +71,11 @@ class MessageAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("trimmed"), boolean=True)
     def trimmed(self, message: Message) -> bool:
-        return message.trimmed
+        return message.is_trimmed
 
     @admin.display(description=_("message"))
     def rendered(self, message: Message) -> SafeString:
-        return _blocks_html([transcript.entry(message.slot, message.as_dict())])
+        return _render("entries.html", entries=[transcript.entry(message.slot, message.as_dict())])
 
 
 @admin.register(Compression)
@@ -74,68 +83,50 @@ class CompressionAdmin(ReadOnlyAdmin):
     """The compression log: every compression and every failed attempt."""
 
     list_display = [
-        "slot",
+        "conversation",
         "started_at",
         "covered_range",
         "summarizer",
         "duration_ms",
-        "outcome",
+        "outcome_attempt",
         "trigger",
-        "attempt",
     ]
-    list_select_related = ["slot"]
     list_filter = ["outcome", "trigger", "started_at"]
     search_fields = ["slot__user_id", "slot__session_id", "slot__agent_id", "summarizer"]
     date_hierarchy = "started_at"
     ordering = ["-started_at", "-id"]
-    fieldsets = [
-        (
-            None,
-            {
-                "fields": [
-                    "slot",
-                    ("started_at", "finished_at", "duration_ms"),
-                    ("covered_range", "outcome"),
-                    ("summarizer", "trigger", "attempt"),
-                    "error",
-                    "before_after",
-                ]
-            },
-        ),
-    ]
-    readonly_fields = [
+    fields = [
         "slot",
-        "started_at",
-        "finished_at",
-        "duration_ms",
-        "covered_range",
-        "outcome",
-        "summarizer",
-        "trigger",
-        "attempt",
+        ("started_at", "finished_at", "duration_ms"),
+        ("covered_range", "outcome"),
+        ("summarizer", "trigger", "attempt"),
         "error",
         "before_after",
     ]
+    readonly_fields = flatten(fields)
 
     def get_queryset(self, request: HttpRequest) -> Any:
         qs = super().get_queryset(request)
-        # The list never shows the (possibly large) input and output documents.
-        return qs if _is_change_view(request) else qs.defer("input", "output")
+        match = request.resolver_match
+        if match and (match.url_name or "").endswith("_change"):
+            return qs
+        return qs.defer("input", "output")  # the list never shows these (possibly large) documents
 
     @admin.display(description=_("covered range"))
     def covered_range(self, compression: Compression) -> str:
         return f"{compression.from_seq}..{compression.to_seq}"
 
+    @admin.display(description=_("outcome"), ordering="outcome")
+    def outcome_attempt(self, compression: Compression) -> str:
+        outcome = str(compression.get_outcome_display())
+        if compression.attempt > 1:
+            return str(
+                _("%(outcome)s (attempt %(n)d)") % {"outcome": outcome, "n": compression.attempt}
+            )
+        return outcome
+
     @admin.display(description=_("before / after"))
     def before_after(self, compression: Compression) -> SafeString:
         before, after = log.rebuild([compression])[compression.pk]
-        html = render_to_string(
-            "admin/squad_memory/includes/before_after.html",
-            {"before": transcript.plain_entries(before), "after": transcript.plain_entries(after)},
-        )
-        return SafeString(html)  # rendered by a template with autoescaping on
-
-
-def _is_change_view(request: HttpRequest) -> bool:
-    match = request.resolver_match
-    return match is not None and (match.url_name or "").endswith("_change")
+        plain = transcript.plain_entries
+        return _render("before_after.html", before=plain(before), after=plain(after))

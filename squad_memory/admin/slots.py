@@ -1,28 +1,38 @@
-"""The slot admin: the list of conversations and the slot page (raw history beside the buffer)."""
+"""The slot admin: the list of conversations and the slot page (raw history beside the
+buffer). Ids show invisible and control characters as ``<U+202E>``; deleting a slot is
+forgetting it (batched, and logged with the operator).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
-from squad_memory.admin.ids import VisibleIdsAdmin, VisibleValuesFilter
-from squad_memory.admin.search import SlotSearchAdmin, transcript_search
-from squad_memory.admin.slot_actions import SlotActionsAdmin
-from squad_memory.admin.slot_delete import SlotDeleteAdmin
+from squad_memory.admin.actions import SlotActionsAdmin
 from squad_memory.conf import app_settings
-from squad_memory.models import Slot, SlotState
+from squad_memory.models import Compression, Limits, Message, Slot, SlotState
+from squad_memory.operations import forgetting
 from squad_memory.permissions import COMPRESSION, MESSAGE, can_view
+from squad_memory.rules import visible
+from squad_memory.search import MAX_QUERY_LENGTH, matching
 
 #: The admin's words for each state (the model's own labels).
 STATE_LABELS = dict(SlotState.choices)
+#: The per-slot token budgets (empty: the storage's values).
+TOKEN_OVERRIDES = ["trigger_tokens", "max_buffer_tokens"]
+#: The slot's ids, as shown (:func:`visible`).
+KEY_COLUMNS = ("visible_user_id", "visible_session_id", "visible_agent_id")
+CSS = {"all": ["squad_memory/admin.css"]}
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -35,20 +45,20 @@ class StateFilter(admin.SimpleListFilter):
         return list(STATE_LABELS.items())
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Slot]) -> QuerySet[Slot]:
-        value = self.value()
-        if value not in SlotState.values:
+        if self.value() not in SlotState.values:
             return queryset
-        limits = (
-            app_settings.trigger_at,
-            app_settings.max_buffer_pairs,
-            app_settings.max_buffer_tokens,
-        )
-        slots: QuerySet[Slot] = queryset.in_state(value, *limits)  # type: ignore[attr-defined]
-        return slots
+        return queryset.in_state(self.value(), Limits.from_settings())  # type: ignore[attr-defined,no-any-return]
 
 
-#: The per-slot token budgets (empty: the storage's values).
-TOKEN_OVERRIDES = ["trigger_tokens", "max_buffer_tokens"]
+class VisibleValuesFilter(admin.AllValuesFieldListFilter):
+    """``list_filter`` by a field's values, each value shown with :func:`visible`."""
+
+    def choices(self, changelist: Any) -> Iterator[Any]:
+        for choice in super().choices(changelist):
+            display = choice.get("display")
+            if isinstance(display, str):
+                choice["display"] = visible(display)
+            yield choice
 
 
 class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -69,15 +79,21 @@ class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
         data = super().clean() or {}
         if self.has_error("trigger_at") or self.has_error("keep_last"):
             return data
-        trigger_at = _or_default(data.get("trigger_at"), app_settings.trigger_at)
-        keep_last = _or_default(data.get("keep_last"), app_settings.keep_last)
+        trigger_at = data.get("trigger_at") or app_settings.trigger_at  # at least 1, or empty
+        keep_last = app_settings.keep_last if data.get("keep_last") is None else data["keep_last"]
         pairs = data.get("max_buffer_pairs")
         if pairs is not None and pairs < trigger_at:
             raise forms.ValidationError(
                 _("The hard limit must be at least trigger at (%(trigger)d), or empty.")
                 % {"trigger": trigger_at}
             )
-        _check_token_overrides(data)
+        tokens = data.get("trigger_tokens") or app_settings.trigger_tokens
+        limit = data.get("max_buffer_tokens") or app_settings.max_buffer_tokens
+        if tokens is not None and limit is not None and limit < tokens:
+            raise forms.ValidationError(
+                _("The hard limit in tokens must be at least the token trigger (%(trigger)d).")
+                % {"trigger": tokens}
+            )
         if keep_last >= trigger_at:
             raise forms.ValidationError(
                 _(
@@ -89,70 +105,28 @@ class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
         return data
 
 
-def _or_default(value: int | None, default: int) -> int:
-    return default if value is None else value
-
-
-def _check_token_overrides(data: dict[str, Any]) -> None:
-    """The token hard limit, where both apply, is not below the token trigger."""
-    trigger = data.get("trigger_tokens") or app_settings.trigger_tokens
-    limit = data.get("max_buffer_tokens") or app_settings.max_buffer_tokens
-    if trigger is not None and limit is not None and limit < trigger:
-        raise forms.ValidationError(
-            _("The hard limit in tokens must be at least the token trigger (%(trigger)d).")
-            % {"trigger": trigger}
-        )
-
-
 @admin.register(Slot)
-class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAdmin):
+class SlotAdmin(SlotActionsAdmin):
     """Every conversation, with its raw history and its summary buffer side by side."""
 
     form = SlotForm
     actions = ["summarize_selected", "reset_selected", "export_selected"]
     change_form_template = "admin/squad_memory/slot/change_form.html"
     list_display = [
-        "visible_user_id",
-        "visible_session_id",
-        "visible_agent_id",
+        *KEY_COLUMNS,
         "message_count",
         "buffer_length",
         "buffer_tokens",
         "state_label",
-        "updated_at",
+        "last_activity",
     ]
     list_filter = [("agent_id", VisibleValuesFilter), StateFilter, "updated_at"]
     search_fields = ["user_id", "session_id", "agent_id"]
     date_hierarchy = "updated_at"
     ordering = ["-updated_at", "-id"]
     list_per_page = 50
-    readonly_fields = [
-        "namespace",
-        "visible_user_id",
-        "visible_session_id",
-        "visible_agent_id",
-        "state_label",
-        "message_count",
-        "buffer_length",
-        "buffer_tokens",
-        "summary_tokens",
-        "visible_from_seq",
-        "covered_seq",
-        "version",
-        "pending_since",
-        "created_at",
-        "updated_at",
-    ]
     fieldsets = [
-        (
-            None,
-            {
-                "fields": [
-                    "namespace",
-                    ("visible_user_id", "visible_session_id", "visible_agent_id"),
-                ]
-            },
-        ),
+        (None, {"fields": ["namespace", KEY_COLUMNS]}),
         (
             _("Buffer"),
             {
@@ -172,6 +146,7 @@ class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAd
             },
         ),
     ]
+    readonly_fields = [f for f in flatten_fieldsets(fieldsets) if f not in SlotForm.Meta.fields]
 
     #: Raw messages per page of the transcript.
     transcript_page_size = 100
@@ -182,30 +157,52 @@ class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAd
     #: Hits listed by the slot page's search box.
     search_hit_limit = 50
 
+    class Media:
+        css = CSS
+
     # -- list ----------------------------------------------------------------------------
-    def get_list_display(self, request: HttpRequest) -> list[str | Callable[[Any], str | bool]]:
+    def get_list_display(self, request: HttpRequest) -> Any:
         columns = list(super().get_list_display(request))
         if Slot.objects.exclude(namespace="").exists():
             columns.insert(0, "namespace")
         return columns
 
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Slot], search_term: str
+    ) -> tuple[QuerySet[Slot], bool]:
+        """By ids, and, for those who may read messages, by the text of their messages."""
+        by_key, duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip()[:MAX_QUERY_LENGTH]
+        if not term or "\x00" in term or not can_view(request.user, MESSAGE):
+            return by_key, duplicates
+        messages = matching(Message.objects.all(), term).values("slot_id")
+        return by_key | queryset.filter(pk__in=messages), duplicates
+
+    @admin.display(description=_("user id"), ordering="user_id")
+    def visible_user_id(self, slot: Slot) -> str:
+        return visible(slot.user_id)
+
+    @admin.display(description=_("session id"), ordering="session_id")
+    def visible_session_id(self, slot: Slot) -> str:
+        return visible(slot.session_id)
+
+    @admin.display(description=_("agent id"), ordering="agent_id")
+    def visible_agent_id(self, slot: Slot) -> str:
+        return visible(slot.agent_id)
+
     @admin.display(description=_("raw messages"), ordering="last_seq")
     def message_count(self, slot: Slot) -> int:
         return slot.message_count
-
-    @admin.display(description=_("buffer length"))
-    def buffer_length(self, slot: Slot) -> int:
-        return slot.buffer_length
-
-    @admin.display(description=_("buffer tokens"), ordering="buffer_tokens")
-    def buffer_tokens(self, slot: Slot) -> int:
-        return slot.buffer_tokens
 
     @admin.display(description=_("summary state"))
     def state_label(self, slot: Slot) -> str:
         return str(STATE_LABELS[slot.state])
 
-    # -- permissions: slots are created by the storage (deleting one is forgetting it)
+    @admin.display(description=_("last activity"), ordering="updated_at")
+    def last_activity(self, slot: Slot) -> str:
+        return timezone.localtime(slot.updated_at).strftime("%Y-%m-%d %H:%M")
+
+    # -- writes: slots are created by the storage; deleting one is forgetting it ---------
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -213,26 +210,36 @@ class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAd
         # Never write back counters read at request time: a save may have moved them since.
         obj.save(update_fields=["trigger_at", "keep_last", "max_buffer_pairs", *TOKEN_OVERRIDES])
 
+    def delete_model(self, request: HttpRequest, obj: Slot) -> None:
+        forgetting.forget_slot(obj, actor=f"admin user pk={request.user.pk}")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Slot]) -> None:
+        for slot in queryset.order_by("pk"):
+            self.delete_model(request, slot)
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[Any, int], set[Any], list[Any]]:
+        """Counts per kind, not one line per message (a history can be long), and no
+        permission on messages needed: they are deleted as part of their slot."""
+        slots = list(objs)
+        counts = {Slot._meta.verbose_name_plural: len(slots)}
+        for model in (Message, Compression):
+            rows = model.objects.filter(slot_id__in=[slot.pk for slot in slots])
+            counts[model._meta.verbose_name_plural] = rows.count()
+        return [str(slot) for slot in slots], counts, set(), []
+
     # -- slot page -------------------------------------------------------------------------
     def render_change_form(
-        self,
-        request: HttpRequest,
-        context: dict[str, Any],
-        add: bool = False,
-        change: bool = False,
-        form_url: str = "",
-        obj: Slot | None = None,
+        self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any
     ) -> HttpResponse:
-        if obj is not None:
-            context.update(self.slot_page_context(request, obj))
-        return super().render_change_form(request, context, add, change, form_url, obj)
+        if kwargs.get("obj") is not None:
+            context.update(self.slot_page_context(request, kwargs["obj"]))
+        return super().render_change_form(request, context, *args, **kwargs)
 
     def slot_page_context(self, request: HttpRequest, slot: Slot) -> dict[str, Any]:
-        """The transcript, the buffer and the compression log (an overridable hook).
-
-        The raw history and the buffer need ``view_message``, the compression log
-        ``view_compression``, as on their own admin pages.
-        """
+        """The transcript and the buffer (with ``view_message``) and the compression log
+        (with ``view_compression``) of the slot page: an overridable hook."""
         context: dict[str, Any] = {
             "slot": slot,
             "state_label": STATE_LABELS[slot.state],
@@ -241,30 +248,28 @@ class SlotAdmin(VisibleIdsAdmin, SlotSearchAdmin, SlotDeleteAdmin, SlotActionsAd
             "slot_actions": self.slot_action_links(request, slot),
         }
         if context["show_messages"]:
-            context["page"] = self._raw_page(request, slot)
+            until = transcript.summarized_before(slot)
+            context["kept_from"] = until if slot.active and until <= slot.covered_seq else None
+            context["page"] = self._raw_page(request, slot, until)
             context["buffer"] = transcript.buffer_view(slot, self.buffer_display_limit)
-            context["search"] = transcript_search(request, slot, self.search_hit_limit)
+            context["search"] = transcript.search(request, slot, self.search_hit_limit)
         if context["show_compressions"]:
             log, more = transcript.compression_log(slot, self.compression_log_limit)
+            url = reverse(f"{self.admin_site.name}:squad_memory_compression_changelist")
             context.update(compressions=log, more_compressions=more)
-            context["compression_log_url"] = self._compression_log_url(slot)
+            context["compression_log_url"] = f"{url}?slot__id__exact={slot.pk}"
         return context
 
-    def _raw_page(self, request: HttpRequest, slot: Slot) -> transcript.Page:
+    def _raw_page(self, request: HttpRequest, slot: Slot, until: int) -> transcript.Page:
         size = self.transcript_page_size
-        number = _int(request.GET.get("page"), 0)
-        seq = _int(request.GET.get("seq"), 0)
+        number, seq = _int(request.GET.get("page")), _int(request.GET.get("seq"))
         if seq:
-            number = transcript.page_of(seq, size)
-        return transcript.raw_page(slot, number or transcript.page_count(slot, size), size)
-
-    def _compression_log_url(self, slot: Slot) -> str:
-        url = reverse(f"{self.admin_site.name}:squad_memory_compression_changelist")
-        return f"{url}?slot__id__exact={slot.pk}"
+            number = max((seq - 1) // size + 1, 1)
+        return transcript.raw_page(slot, number or transcript.page_count(slot, size), size, until)
 
 
-def _int(value: str | None, default: int) -> int:
+def _int(value: str | None) -> int:
     try:
-        return int(value) if value is not None else default
+        return int(value) if value is not None else 0
     except ValueError:
-        return default
+        return 0

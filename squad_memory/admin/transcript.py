@@ -1,9 +1,6 @@
-"""What the slot page shows, built with a constant number of queries.
-
-The raw history is paged by sequence-number ranges (``seq`` is gapless and
-indexed with the slot), so a page costs one indexed query with a LIMIT whatever
-the history's length, and the page count comes from ``Slot.last_seq``, never
-from a COUNT. Content blocks become plain dicts that templates render escaped.
+"""What the slot page shows, in a constant number of queries: the raw history paged by
+sequence-number ranges (one indexed query a page, the count from ``Slot.last_seq``), and
+content blocks as plain dicts that templates render escaped.
 """
 
 from __future__ import annotations
@@ -13,8 +10,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from django.http import HttpRequest
+from django.utils.safestring import SafeString, mark_safe
+
 from squad_memory.compression import log
-from squad_memory.models import DJANGO_NAMESPACE, Compression, Message, Slot
+from squad_memory.models import DJANGO_NAMESPACE, Compression, Message, Outcome, Slot
+from squad_memory.search import MAX_QUERY_LENGTH, excerpt, matching
 
 
 @dataclass
@@ -37,7 +38,7 @@ class Entry:
     seq: int | None = None
     time: datetime | None = None
     trimmed: bool = False
-    covered: bool = False
+    summarized: bool = False
     citations: Any = None
 
 
@@ -52,56 +53,25 @@ class Page:
     total: int
     entries: list[Entry]
 
-    @property
-    def has_previous(self) -> bool:
-        return self.number > 1
-
-    @property
-    def has_next(self) -> bool:
-        return self.number < self.count
-
-    @property
-    def previous_number(self) -> int:
-        return self.number - 1
-
-    @property
-    def next_number(self) -> int:
-        return self.number + 1
-
 
 @dataclass
 class BufferView:
-    """What ``fetch_chat`` returns now: the summary prefix, then the messages after it."""
+    """What ``fetch_chat`` returns now: the summary prefix, then the newest messages after
+    it (``hidden`` older ones are in the raw history)."""
 
     available: bool
-    active: bool
-    summary: list[Entry]
-    tail: list[Entry]
-    tail_first: int
-    tail_total: int
-
-    @property
-    def hidden(self) -> int:
-        """Buffer messages older than the ones shown (they are in the raw history)."""
-        return self.tail_total - len(self.tail)
-
-    @property
-    def length(self) -> int:
-        return len(self.summary) + self.tail_total
+    active: bool = False
+    summary: list[Entry] = field(default_factory=list)
+    tail: list[Entry] = field(default_factory=list)
+    tail_first: int = 0
+    length: int = 0
+    hidden: int = 0
 
 
 def _pretty(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def _tool_result_children(content: Any) -> list[Block]:
-    if isinstance(content, list):
-        return [
-            to_block(b) if isinstance(b, dict) else Block("text", text=_pretty(b)) for b in content
-        ]
-    return [Block("text", text=_pretty(content))] if content not in (None, "") else []
 
 
 def to_block(block: dict[str, Any]) -> Block:
@@ -128,6 +98,14 @@ def to_block(block: dict[str, Any]) -> Block:
     return Block("other", title=", ".join(sorted(block)), body=_pretty(block))
 
 
+def _tool_result_children(content: Any) -> list[Block]:
+    if isinstance(content, list):
+        return [
+            to_block(b) if isinstance(b, dict) else Block("text", text=_pretty(b)) for b in content
+        ]
+    return [Block("text", text=_pretty(content))] if content not in (None, "") else []
+
+
 def to_blocks(content: Any) -> list[Block]:
     if not isinstance(content, list):
         return [Block("other", title="content", body=_pretty(content))]
@@ -137,12 +115,20 @@ def to_blocks(content: Any) -> list[Block]:
 
 
 def message_time(timestamp_ms: int | None) -> datetime | None:
-    if timestamp_ms is None:
-        return None
-    return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC)
+    return None if timestamp_ms is None else datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC)
 
 
-def entry(slot: Slot, row: dict[str, Any]) -> Entry:
+def summarized_before(slot: Slot) -> int:
+    """The first raw message the summary does not replace: after the messages it covers,
+    or from those its output kept verbatim (one query)."""
+    if not slot.active:
+        return 1
+    last = Compression.objects.filter(slot=slot, outcome=Outcome.APPLIED, to_seq=slot.covered_seq)
+    kept = last.order_by("-id").values_list("kept_from_seq", flat=True).first()
+    return kept or slot.covered_seq + 1
+
+
+def entry(slot: Slot, row: dict[str, Any], summarized_until: int = 0) -> Entry:
     """A stored message row (``values()`` dict) as shown next to its slot's state."""
     seq = row.get("seq")
     return Entry(
@@ -151,7 +137,7 @@ def entry(slot: Slot, row: dict[str, Any]) -> Entry:
         seq=seq,
         time=message_time(row.get("timestamp")),
         trimmed=seq is not None and slot.is_trimmed(seq),
-        covered=seq is not None and slot.active and seq <= slot.covered_seq,
+        summarized=seq is not None and seq < summarized_until,
         citations=row.get("citations"),
     )
 
@@ -161,51 +147,41 @@ def plain_entries(messages: Any) -> list[Entry]:
     if not isinstance(messages, list):
         return []
     return [
-        Entry(
-            role=str(m.get("role", "")),
-            blocks=to_blocks(m.get("content")),
-            citations=m.get("citations"),
-        )
+        Entry(str(m.get("role", "")), to_blocks(m.get("content")), citations=m.get("citations"))
         for m in messages
         if isinstance(m, dict)
     ]
-
-
-_ROW_FIELDS = ("seq", "role", "content", "citations", "timestamp")
 
 
 def page_count(slot: Slot, size: int) -> int:
     return max((slot.last_seq + size - 1) // size, 1)
 
 
-def page_of(seq: int, size: int) -> int:
-    return max((seq - 1) // size + 1, 1)
-
-
-def raw_page(slot: Slot, number: int, size: int) -> Page:
-    """Page ``number`` (1-based, clamped) of the raw history: one query, at most ``size`` rows."""
+def raw_page(slot: Slot, number: int, size: int, summarized_until: int) -> Page:
+    """Page ``number`` (1-based, clamped) of the raw history: at most ``size`` rows."""
     count = page_count(slot, size)
     number = min(max(number, 1), count)
-    first = (number - 1) * size + 1
-    last = min(number * size, slot.last_seq)
+    first, last = (number - 1) * size + 1, min(number * size, slot.last_seq)
     rows = Message.objects.filter(slot=slot, seq__gte=first, seq__lte=last).order_by("seq")
-    entries = [entry(slot, r) for r in rows.values(*_ROW_FIELDS)[:size]]
+    entries = [entry(slot, r, summarized_until) for r in rows.values(*Message.ROW_FIELDS)[:size]]
     return Page(number, count, first, last, slot.last_seq, entries)
 
 
 def buffer_view(slot: Slot, limit: int) -> BufferView:
-    """The buffer ``fetch_chat`` returns now, its newest ``limit`` messages loaded (one query)."""
+    """The buffer ``fetch_chat`` returns now, its newest ``limit`` messages loaded."""
     if not slot.active and slot.namespace != DJANGO_NAMESPACE:
-        return BufferView(False, False, [], [], 0, 0)
+        return BufferView(False)
     first = slot.buffer_from_seq
     total = max(slot.last_seq - first + 1, 0)
     start = max(first, slot.last_seq - limit + 1)
     rows = Message.objects.filter(slot=slot, seq__gte=start, seq__lte=slot.last_seq)
-    tail = [entry(slot, r) for r in rows.order_by("seq").values(*_ROW_FIELDS)[:limit]]
+    tail = [entry(slot, r) for r in rows.order_by("seq").values(*Message.ROW_FIELDS)[:limit]]
     for item in tail:
-        item.covered = item.trimmed = False
+        item.trimmed = False  # in the buffer: shown whatever max_history_size hides
     summary = plain_entries(slot.summary) if slot.active else []
-    return BufferView(True, slot.active, summary, tail, first, total)
+    return BufferView(
+        True, slot.active, summary, tail, first, len(summary) + total, total - len(tail)
+    )
 
 
 @dataclass
@@ -218,7 +194,7 @@ class LogEntry:
 
 
 def compression_log(slot: Slot, limit: int) -> tuple[list[LogEntry], bool]:
-    """The newest ``limit`` compressions of a slot (one query), and whether there are more."""
+    """The newest ``limit`` compressions of a slot, and whether there are more."""
     newest = Compression.objects.filter(slot=slot).select_related("previous")
     rows = list(newest.order_by("-started_at", "-id")[: limit + 1])
     shown = log.rebuild(rows[:limit])  # one more query: the raw messages they reference
@@ -227,3 +203,33 @@ def compression_log(slot: Slot, limit: int) -> tuple[list[LogEntry], bool]:
         for c in rows[:limit]
     ]
     return entries, len(rows) > limit
+
+
+@dataclass
+class Hit:
+    """A matching message of the slot: its number (the anchor to jump to) and an excerpt."""
+
+    seq: int
+    role: str
+    excerpt: SafeString
+
+
+@dataclass
+class Search:
+    """The slot page's search box: the words, and the first hits by seq."""
+
+    query: str
+    hits: list[Hit]
+    more: bool
+
+
+def search(request: HttpRequest, slot: Slot, limit: int) -> Search:
+    """The hits of ``?q=`` in the slot's raw history, oldest first (one query)."""
+    query = request.GET.get("q", "").strip()[:MAX_QUERY_LENGTH]
+    if not query or "\x00" in query:
+        return Search(query, [], False)
+    rows = matching(Message.objects.filter(slot=slot), query).order_by("seq")
+    found = list(rows.values_list("seq", "role", "text")[: limit + 1])
+    # excerpt() escapes the text; it adds only <mark> tags.
+    hits = [Hit(seq, role, mark_safe(excerpt(text, query))) for seq, role, text in found[:limit]]
+    return Search(query, hits, len(found) > limit)

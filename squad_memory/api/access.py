@@ -1,7 +1,13 @@
-"""Who owns which slots: the request user's ``user_id`` and the slots they may see.
+"""Who may do what through the API (no Django REST Framework import, so it works without it).
 
-Nothing here imports Django REST Framework, so the resolver setting can be
-checked and used without it.
+- Reading: any authenticated user, their own slots; staff read other users' slots with
+  ``view_slot``, and their messages, buffers, histories and search with ``view_message``.
+- Posting: ``SQUAD_MEMORY["API_POST_PERMISSION"]`` (``squad_memory.add_message``; ``None``:
+  any authenticated user posts their own messages). For another user: staff.
+- Compressing or resetting: ``squad_memory.change_slot``. Deleting: the owner, or staff
+  with ``squad_memory.delete_slot``.
+
+Another user's slot answers 404 whatever the permissions, so nothing tells which exist.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ from django.core.exceptions import PermissionDenied
 from squad_memory.conf import app_settings
 from squad_memory.models import Slot, SlotQuerySet
 from squad_memory.permissions import SLOT, can_view_all
-from squad_memory.validation import id_problem
+from squad_memory.rules import id_problem
 
 logger = logging.getLogger(__name__)
 
+MANAGE_PERMISSION = "squad_memory.change_slot"
+DELETE_PERMISSION = "squad_memory.delete_slot"
 NO_IDENTITY = (
     "Your account has no conversation identity (SQUAD_MEMORY['USER_ID_RESOLVER'] gave no "
     "usable user_id for it)."
@@ -30,11 +38,8 @@ def default_user_id(user: Any) -> str:
 
 
 def user_id_for(user: Any) -> str:
-    """The ``user_id`` of the slots ``user`` owns, by the configured resolver (read live).
-
-    A user the resolver gives no usable id (None, an empty string, a value that is not a
-    valid id, or an error) has no slots: :class:`PermissionDenied`, never a shared id.
-    """
+    """The ``user_id`` of the slots ``user`` owns, by the configured resolver (read live); a
+    user it gives no usable id (None, empty, invalid, an error) owns none: PermissionDenied."""
     resolver = app_settings.import_callable("USER_ID_RESOLVER")
     try:
         value = resolver(user)
@@ -47,22 +52,31 @@ def user_id_for(user: Any) -> str:
     return user_id
 
 
+def post_permission() -> str | None:
+    """The permission posting needs (``API_POST_PERMISSION``, read live); None: none."""
+    value = app_settings.raw("API_POST_PERMISSION")
+    return None if value is None else str(value)
+
+
 def visible_slots(user: Any, namespace: str) -> SlotQuerySet:
     """The slots of ``namespace`` that ``user`` may see: their own, or all for staff with
     ``view_slot`` (or ``change_slot``), as in the admin."""
     slots = Slot.objects.filter(namespace=namespace)
-    if can_view_all(user, SLOT):
-        return slots
-    return slots.filter(user_id=user_id_for(user))
+    return slots if can_view_all(user, SLOT) else slots.filter(user_id=user_id_for(user))
 
 
 def may_read(user: Any, user_id: str, model_name: str) -> bool:
-    """Whether ``user`` may read the ``model_name`` rows (``slot``, ``message``,
-    ``compression``) of ``user_id``'s slots: their own, or as staff with its view permission."""
+    """Whether ``user`` may read the ``model_name`` rows of ``user_id``'s slots."""
     return can_view_all(user, model_name) or user_id == user_id_for(user)
 
 
 def may_act_as(user: Any, user_id: str) -> bool:
-    """Whether ``user`` may write for ``user_id`` (the write's own permission is checked
-    apart): their own id, or any as staff."""
+    """Whether ``user`` may write for ``user_id`` (the write's permission is checked apart)."""
     return bool(getattr(user, "is_staff", False)) or user_id == user_id_for(user)
+
+
+def check_may_delete(user: Any, user_id: str) -> None:
+    """The owner may delete their conversations; others need staff and ``delete_slot``."""
+    staff = getattr(user, "is_staff", False) and user.has_perm(DELETE_PERMISSION)
+    if not staff and user_id != user_id_for(user):
+        raise PermissionDenied(f"Deleting another user's conversations needs {DELETE_PERMISSION}.")

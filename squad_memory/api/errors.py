@@ -1,29 +1,29 @@
-"""Every error of the API is JSON: the exception handler of its views and a middleware.
-
-- :func:`exception_handler` (used by every view of :mod:`squad_memory.api`): DRF's
-  answers, plus ``503`` with ``Retry-After`` when the database is unavailable and a
-  JSON ``500`` for any other unhandled error (logged with its traceback).
-- :func:`summarizer_failure`: a failed compression's 502, its detail for staff only.
-- :class:`JSONErrorsMiddleware`: the pages Django itself renders under the API's
-  prefix (an unknown URL's 404, an error outside the views) become JSON too.
+"""Errors of the API: every answer is JSON (503 with ``Retry-After`` when the database is
+unavailable, a logged 500 for the unexpected, a JSON 404 for the rest of the API's prefix),
+and a failed compression (502) or broker (503) names its error to staff with
+``view_compression`` only; others get an error id to quote.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
 
 from django.db import InterfaceError, OperationalError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.urls import NoReverseMatch, reverse
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import status
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from squad_memory.exceptions import InvalidMessage, InvalidSlotKey, SummarizerError
 from squad_memory.models import Compression, Slot
 from squad_memory.permissions import COMPRESSION, can_view_all
 
@@ -33,22 +33,35 @@ logger = logging.getLogger(__name__)
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 #: Seconds a client should wait before retrying after a 503.
 RETRY_AFTER = 5
+INTERNAL_ERROR = "Internal server error; the error was logged."
+E = TypeVar("E", bound=APIException)
 
 
-class DatabaseUnavailable(APIException):
+class Unavailable(APIException):
+    """A service the request needs did not answer in time; nothing was changed."""
+
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "The database is unavailable; retry in a few seconds."
-    default_code = "database_unavailable"
+    default_code = "unavailable"
 
 
-INTERNAL_ERROR = "Internal server error; the error was logged."
+class SummarizerFailed(APIException):
+    """The summarizer (an upstream service) failed; what was stored stays stored."""
+
+    status_code = status.HTTP_502_BAD_GATEWAY
+    default_code = "summarizer_failed"
+
+
+class KeyReused(APIException):
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_code = "idempotency_key_reused"
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """DRF's exception handler, made total: no exception escapes as an HTML page."""
     if isinstance(exc, DATABASE_UNAVAILABLE):
         logger.warning("Database unavailable during an API request: %s", exc)
-        exc = DatabaseUnavailable()
+        exc = Unavailable()
     response = drf_exception_handler(exc, context)
     if response is None:
         logger.error("Unhandled error in an API view", exc_info=exc)
@@ -59,66 +72,51 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     return response
 
 
-def summarizer_failure(
-    request: Any, failure: str, error: object, slots: QuerySet[Slot]
-) -> dict[str, Any]:
-    """The body of the 502 of a failed compression of one of ``slots``.
+@csrf_exempt
+def not_found(request: HttpRequest, path: str = "") -> JsonResponse:
+    return JsonResponse({"detail": "Not found."}, status=404)
 
-    ``error_id`` is the id of its compression log row (``Compression`` pk). The error
-    itself (which may name internal hosts) is shown only to those who may read that log:
-    staff with ``view_compression``; others get a generic message with the id to quote.
-    """
-    failed = Compression.objects.filter(slot__in=slots, outcome=Compression.Outcome.FAILED)
-    error_id = failed.order_by("-id").values_list("pk", flat=True).first()
+
+def _with_id(exc: E, request: Request, failure: str, error: object, error_id: object) -> E:
+    """``exc`` answering ``{"detail", "error_id"}``: the error itself for staff with
+    ``view_compression``, the id to quote for others (``error_id`` stays as it is)."""
     if can_view_all(request.user, COMPRESSION):
         detail = f"{failure}: {error}"
     else:
         detail = f"{failure}. Quote error id {error_id} when reporting it."
-    return {"detail": detail, "error_id": error_id}
+    exc.detail = cast(Any, {"detail": detail, "error_id": error_id})
+    return exc
 
 
-def api_prefix() -> str | None:
-    """The path the API is mounted at (``/api/``), or None if it is not mounted."""
+def summarizer_failed(
+    request: Request, failure: str, error: object, slots: QuerySet[Slot]
+) -> SummarizerFailed:
+    """The 502 of a failed compression of one of ``slots``; its error id is the pk of the
+    compression log row, read from the database it was just written to."""
+    failed = Compression.objects.using(Slot.objects.write_db()).filter(
+        slot__in=slots, outcome=Compression.Outcome.FAILED
+    )
+    error_id = failed.order_by("-id").values_list("pk", flat=True).first()
+    return _with_id(SummarizerFailed(), request, failure, error, error_id)
+
+
+def not_queued(request: Request, slot: Slot, error: object) -> Unavailable:
+    """The 503 of a compression the broker did not take (nothing is pending: retry later)."""
+    error_id = uuid.uuid4().hex[:12]
+    logger.error("Compression of slot %s not queued (error id %s): %s", slot.pk, error_id, error)
+    failure = "The compression could not be queued; retry later"
+    return _with_id(Unavailable(), request, failure, error, error_id)
+
+
+@contextmanager
+def storage_errors(
+    request: Request, slots: QuerySet[Slot], failure: str = "The summarizer failed"
+) -> Iterator[None]:
+    """The storage's refusals as answers: a key or message it refuses (for instance one
+    stored before a stricter limit) is the client's 400; a failing summarizer is a 502."""
     try:
-        slots = reverse("squad_memory_api:slot-list")
-    except NoReverseMatch:
-        return None
-    return slots[: -len("slots/")]
-
-
-def json_error(code: int, detail: str) -> JsonResponse:
-    response = JsonResponse({"detail": detail}, status=code)
-    if code == status.HTTP_503_SERVICE_UNAVAILABLE:
-        response["Retry-After"] = str(RETRY_AFTER)
-    return response
-
-
-class JSONErrorsMiddleware:
-    """Under the API's prefix, error pages are JSON (``{"detail": ...}``), never HTML.
-
-    Put it first in ``MIDDLEWARE``, so it also sees the errors of the middleware after it.
-    """
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
-        if response.status_code < 400 or _is_json(response) or not _under_api(request):
-            return response
-        return json_error(response.status_code, response.reason_phrase)
-
-    def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
-        if isinstance(exc, DATABASE_UNAVAILABLE) and _under_api(request):
-            logger.warning("Database unavailable during an API request: %s", exc)
-            return json_error(503, str(DatabaseUnavailable.default_detail))
-        return None  # Django logs it and renders its 500, which __call__ turns into JSON
-
-
-def _is_json(response: HttpResponse) -> bool:
-    return "json" in str(response.get("Content-Type", ""))
-
-
-def _under_api(request: HttpRequest) -> bool:
-    prefix = api_prefix()
-    return prefix is not None and request.path.startswith(prefix)
+        yield
+    except (InvalidSlotKey, InvalidMessage) as exc:
+        raise ValidationError({"non_field_errors": [str(exc)]}) from exc
+    except SummarizerError as exc:
+        raise summarizer_failed(request, failure, exc, slots) from exc

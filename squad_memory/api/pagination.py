@@ -22,13 +22,16 @@ def _integer(value: str) -> int | None:
     return int(value)
 
 
-class _IntegerCursorPagination(CursorPagination):
+class NewestFirst(CursorPagination):
+    """Newest first, by id (unique and unchanging, as a cursor needs): slots, search hits."""
+
+    ordering = "-id"
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
 
     def get_page_size(self, request: Request) -> int:
-        value = request.query_params.get(self.page_size_query_param or "page_size")
+        value = request.query_params.get("page_size")
         if value is None:
             return int(self.page_size or 0)
         size = _integer(value)
@@ -38,13 +41,6 @@ class _IntegerCursorPagination(CursorPagination):
             )
         return size
 
-    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
-        parameters = super().get_schema_operation_parameters(view)
-        for parameter in parameters:
-            if parameter["name"] == self.page_size_query_param:
-                parameter["schema"].update(minimum=1, maximum=self.max_page_size)
-        return parameters
-
     def decode_cursor(self, request: Request) -> Cursor | None:
         cursor = super().decode_cursor(request)
         position = None if cursor is None else cursor.position
@@ -52,14 +48,22 @@ class _IntegerCursorPagination(CursorPagination):
             raise NotFound(self.invalid_cursor_message)
         return cursor
 
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"].update(minimum=1, maximum=self.max_page_size)
+        return parameters
 
-class SlotCursorPagination(_IntegerCursorPagination):
-    """Slots, newest first (by id: unique and unchanging, as a cursor needs)."""
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """DRF's, without its ``api.example.org`` sample links."""
+        paginated = super().get_paginated_response_schema(schema)
+        for link in ("next", "previous"):
+            paginated["properties"][link].pop("example", None)
+        return paginated
 
-    ordering = "-id"
 
-
-class MessageCursorPagination(_IntegerCursorPagination):
+class BySeq(NewestFirst):
     """Raw messages by sequence number; ``?ordering=-seq`` pages from the newest."""
 
     ordering = "seq"

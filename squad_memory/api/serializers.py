@@ -1,4 +1,5 @@
-"""Serializers: every field a client sends is validated here, before anything is stored."""
+"""Serializers: every field a client sends is validated here, before anything is stored;
+and the shape of every answer (slots, messages, buffers, search hits, errors)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,20 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from squad_memory.conf import app_settings
-from squad_memory.messages import ROLES
 from squad_memory.models import Message, Outcome, Slot, SlotState
-from squad_memory.validation import ID_PATTERN, id_problem, json_size
+from squad_memory.rules import CONTROL_CHARS, ID_PATTERN, ROLES, id_problem, size_problem
+from squad_memory.search import MAX_QUERY_LENGTH, excerpt
 
 #: Nesting depth allowed inside a message's content and citations.
 MAX_DEPTH = 32
+STAFF_ONLY = "Staff only; defaults to the requesting user's."
+#: The OpenAPI schema of an id (the server also applies the live ``MAX_ID_LENGTH``).
+ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": ID_PATTERN}
 
 
 def check_id(value: str) -> None:
-    """An id follows the id rule of :func:`squad_memory.validation.id_problem`."""
-    problem = id_problem(value)
-    if problem is not None:
+    """An id follows the id rule of :func:`squad_memory.rules.id_problem`."""
+    if (problem := id_problem(value)) is not None:
         raise serializers.ValidationError(f"{problem[0].upper()}{problem[1:]}.")
 
 
@@ -29,21 +32,15 @@ class StrictSerializer(serializers.Serializer[dict[str, Any]]):
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if isinstance(data, dict):
+            known = ", ".join(name for name, f in self.fields.items() if not f.read_only)
             unknown = sorted(str(key) for key in data if key not in self.fields)
             if unknown:
-                raise serializers.ValidationError(
-                    {
-                        key: ["Unknown field; the accepted fields are " + self._known() + "."]
-                        for key in unknown
-                    }
-                )
+                error = f"Unknown field; the accepted fields are {known}."
+                raise serializers.ValidationError({key: [error] for key in unknown})
         return dict(super().to_internal_value(data))
 
-    def _known(self) -> str:
-        return ", ".join(name for name, field in self.fields.items() if not field.read_only)
 
-
-@extend_schema_field({"type": "string", "minLength": 1, "maxLength": 255, "pattern": ID_PATTERN})
+@extend_schema_field(ID_SCHEMA)
 class IdField(serializers.CharField):
     """A ``user_id``, ``session_id`` or ``agent_id``, kept exactly as sent (no trimming)."""
 
@@ -57,6 +54,22 @@ class IdField(serializers.CharField):
         if not isinstance(data, str):
             self.fail("invalid")
         return str(super().to_internal_value(data))
+
+
+@extend_schema_field(
+    {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_LENGTH, "pattern": ID_PATTERN}
+)
+class QueryField(serializers.CharField):
+    """Search words: PostgreSQL takes web-search syntax ("a phrase", or, -word)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=MAX_QUERY_LENGTH, trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = str(super().to_internal_value(data))
+        if CONTROL_CHARS.search(value):
+            raise serializers.ValidationError("Must not contain control characters.")
+        return value
 
 
 def check_json(value: Any) -> None:
@@ -91,46 +104,32 @@ def _check_text(text: str) -> None:
         raise serializers.ValidationError("Strings must not contain lone surrogates.") from exc
 
 
+# -- what clients send -----------------------------------------------------------------------
 class MessageInSerializer(StrictSerializer):
     """One conversation message as a client sends it."""
 
     role = serializers.ChoiceField(choices=list(ROLES))
     content = serializers.ListField(
         child=serializers.DictField(allow_empty=False),
-        allow_empty=False,
         min_length=1,
+        validators=[check_json],
         help_text='Content blocks, e.g. [{"text": "Hello"}].',
     )
     citations = serializers.ListField(
-        child=serializers.JSONField(), required=False, allow_null=True, allow_empty=True
+        child=serializers.JSONField(), required=False, allow_null=True, validators=[check_json]
     )
 
-    def validate_content(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        check_json(value)
-        return value
-
-    def validate_citations(self, value: list[Any] | None) -> list[Any] | None:
-        check_json(value)
-        return value
-
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        size = json_size(attrs)
-        limit = app_settings.max_message_bytes
-        if size > limit:
-            raise serializers.ValidationError(
-                f"The message is {size} bytes of compact JSON; the limit is {limit}."
-            )
-        return {
-            "role": attrs["role"],
-            "content": attrs["content"],
-            "citations": attrs.get("citations"),
-        }
+        message = {k: attrs.get(k) for k in ("role", "content", "citations")}
+        if (problem := size_problem(message)) is not None:
+            raise serializers.ValidationError(problem)
+        return message
 
 
 class PostMessagesSerializer(StrictSerializer):
     """``message`` (one, with the role rule) or ``messages`` (a batch, stored as given)."""
 
-    user_id = IdField(required=False, help_text="Staff only; defaults to the requesting user's.")
+    user_id = IdField(required=False, help_text=STAFF_ONLY)
     session_id = IdField()
     agent_id = IdField()
     message = MessageInSerializer(required=False)
@@ -143,37 +142,30 @@ class PostMessagesSerializer(StrictSerializer):
         help_text="As in save_chat_message: keep only the newest messages visible.",
     )
 
-    def validate_messages(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        limit = app_settings.max_batch_size
-        if len(value) > limit:
-            raise serializers.ValidationError(f"A batch holds at most {limit} messages.")
-        return value
-
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("message" in attrs) == ("messages" in attrs):
             raise serializers.ValidationError("Send exactly one of 'message' and 'messages'.")
         return attrs
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if isinstance(data, dict) and isinstance(data.get("messages"), list):
-            limit = app_settings.max_batch_size
-            if len(data["messages"]) > limit:  # before validating thousands of items
-                raise serializers.ValidationError(
-                    {"messages": [f"A batch holds at most {limit} messages."]}
-                )
+        limit = app_settings.max_batch_size
+        messages = data.get("messages") if isinstance(data, dict) else None
+        if isinstance(messages, list) and len(messages) > limit:  # before validating each
+            raise serializers.ValidationError(
+                {"messages": [f"A batch holds at most {limit} messages."]}
+            )
         return dict(super().to_internal_value(data))
 
 
-class SlotFilterSerializer(serializers.Serializer[dict[str, Any]]):
+class UserQuerySerializer(serializers.Serializer[dict[str, Any]]):
+    user_id = IdField(required=False, help_text=STAFF_ONLY)
+
+
+class SlotFilterSerializer(UserQuerySerializer):
     """Query parameters of the slot list."""
 
     session_id = IdField(required=False)
     agent_id = IdField(required=False)
-    user_id = IdField(required=False, help_text="Staff only; others see their own slots anyway.")
-
-
-class UserQuerySerializer(serializers.Serializer[dict[str, Any]]):
-    user_id = IdField(required=False, help_text="Staff only; defaults to the requesting user's.")
 
 
 class BufferQuerySerializer(serializers.Serializer[dict[str, Any]]):
@@ -185,6 +177,15 @@ class BufferQuerySerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
+class MessageFilterSerializer(serializers.Serializer[dict[str, Any]]):
+    q = QueryField(required=False, help_text="Only the messages matching these words.")
+
+
+class SearchQuerySerializer(UserQuerySerializer):
+    q = QueryField(help_text="The words to find.")
+
+
+# -- what the API answers --------------------------------------------------------------------
 class SlotSerializer(serializers.ModelSerializer[Slot]):
     """A slot and the state of its summary buffer."""
 
@@ -231,12 +232,12 @@ class SlotSerializer(serializers.ModelSerializer[Slot]):
         read_only_fields = fields
 
 
-class ContentMessageSerializer(serializers.Serializer[dict[str, Any]]):
-    """A message of a buffer or a merged history: role, content blocks, citations."""
+class ContentMessageSerializer(serializers.Serializer[Any]):
+    """A ``ConversationMessage`` of a buffer or a merged history."""
 
     role = serializers.CharField()
     content = serializers.ListField(child=serializers.DictField())
-    citations = serializers.ListField(child=serializers.JSONField(), allow_null=True)
+    citations = serializers.ListField(child=serializers.JSONField(), allow_null=True, default=None)
 
 
 class MessageSerializer(serializers.ModelSerializer[Message]):
@@ -253,6 +254,27 @@ class MessageSerializer(serializers.ModelSerializer[Message]):
 
     def get_trimmed(self, message: Message) -> bool:
         return bool(self.context["slot"].is_trimmed(message.seq))
+
+
+class SearchHitSerializer(serializers.ModelSerializer[Message]):
+    """One matching raw message: where it is, and an HTML excerpt with the hits marked."""
+
+    slot = serializers.IntegerField(source="slot_id")
+    session_id = serializers.CharField(source="slot.session_id")
+    agent_id = serializers.CharField(source="slot.agent_id")
+    excerpt = serializers.SerializerMethodField(
+        help_text="HTML-escaped text around the first hit; each hit wrapped in `<mark>`."
+    )
+
+    class Meta:
+        model = Message
+        fields = ["slot", "session_id", "agent_id", "seq", "role", "timestamp", "excerpt"]
+        read_only_fields = fields
+        #: The columns the hits need (a slot row can hold a long summary).
+        loads = ("id", "seq", "role", "timestamp", "text", "slot__session_id", "slot__agent_id")
+
+    def get_excerpt(self, message: Message) -> str:
+        return excerpt(message.text, self.context["q"])
 
 
 class BufferSerializer(serializers.Serializer[dict[str, Any]]):
@@ -284,7 +306,23 @@ class CompressResultSerializer(serializers.Serializer[dict[str, Any]]):
         help_text="What the request turned into: applied; stale (the buffer moved on); "
         "skipped (nothing to do); queued (handed to a worker); already_pending (another "
         "compression is queued or running, nothing new was started); deferred (runs when the "
-        "surrounding transaction commits); not_queued (the broker failed).",
+        "surrounding transaction commits).",
     )
-    error = serializers.CharField(required=False)
     slot = SlotSerializer()
+
+
+class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
+    detail = serializers.CharField()
+
+
+class SummarizerErrorSerializer(ErrorSerializer):
+    error_id = serializers.IntegerField(
+        allow_null=True,
+        help_text="The compression log row of the failure (quote it when reporting the error).",
+    )
+
+
+class UnavailableSerializer(ErrorSerializer):
+    error_id = serializers.CharField(
+        required=False, help_text="Names the failure in the server's log (quote it)."
+    )

@@ -1,25 +1,35 @@
-"""Throttling of the API: per user, per anonymous client, and a scoped rate for compress.
+"""Throttling: per user, per anonymous client, failed authentications, and scoped rates, at
+the ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` of ``user``, ``anon``,
+``squad_memory_auth_failures`` (wrong credentials per client address; past it, every
+authenticating request of that address is 429 until the window passes, so tokens cannot be
+guessed), ``squad_memory_compress`` and ``squad_memory_search`` (no rate: no limit). Counts
+live in Django's default cache: share it between processes.
 
-The rates are DRF's ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` entries ``user``,
-``anon`` and ``squad_memory_compress``; a scope without a rate is not throttled, so a
-project that configures none keeps working. A throttled request answers ``429`` with
-``Retry-After``. Counts live in Django's default cache: use a shared cache (Redis,
-Memcached) when several processes serve the API.
+A client's address is ``REMOTE_ADDR``, or with ``REST_FRAMEWORK["NUM_PROXIES"] = n`` the
+``n``-th from the end of ``X-Forwarded-For``. Unlike DRF, an unset ``NUM_PROXIES`` means 0:
+the whole header, which any client writes, must not name the client.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.request import Request
 from rest_framework.settings import api_settings
-from rest_framework.throttling import AnonRateThrottle, ScopedRateThrottle, UserRateThrottle
+from rest_framework.throttling import (
+    AnonRateThrottle,
+    ScopedRateThrottle,
+    SimpleRateThrottle,
+    UserRateThrottle,
+)
 
-#: The scope of ``POST /api/slots/{id}/compress/`` (each call may run the summarizer).
 COMPRESS_SCOPE = "squad_memory_compress"
+SEARCH_SCOPE = "squad_memory_search"
+AUTH_FAILURES_SCOPE = "squad_memory_auth_failures"
 
 
-class _RateOrNothing:
-    """The rate of the throttle's scope, read live; a scope without a rate is not throttled."""
+class _Live:
+    """The scope's rate read live (None: not throttled); the address as described above."""
 
     scope: str | None
 
@@ -28,17 +38,39 @@ class _RateOrNothing:
         rate = rates.get(self.scope) if self.scope else None
         return None if rate is None else str(rate)
 
-
-class UserThrottle(_RateOrNothing, UserRateThrottle):
-    """The ``user`` rate, per user (per client address for anonymous requests)."""
-
-
-class AnonThrottle(_RateOrNothing, AnonRateThrottle):
-    """The ``anon`` rate, per client address, for unauthenticated requests."""
+    def get_ident(self, request: Request) -> str:
+        if api_settings.NUM_PROXIES is None:
+            return str(request.META.get("REMOTE_ADDR", ""))
+        return str(super().get_ident(request))  # type: ignore[misc]
 
 
-class ScopedThrottle(_RateOrNothing, ScopedRateThrottle):
-    """The rate of the view's ``throttle_scope`` (``squad_memory_compress`` for compress)."""
+class UserThrottle(_Live, UserRateThrottle):
+    pass
+
+
+class AnonThrottle(_Live, AnonRateThrottle):
+    pass
+
+
+class ScopedThrottle(_Live, ScopedRateThrottle):
+    """The rate of the view's ``throttle_scope``."""
+
+
+class AuthFailureThrottle(_Live, SimpleRateThrottle):
+    """Counts failed authentications only: :meth:`allow_request` checks, :meth:`failed` adds."""
+
+    scope = AUTH_FAILURES_SCOPE
+
+    def get_cache_key(self, request: Request, view: Any) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def throttle_success(self) -> bool:
+        return True  # a request is counted only when its credentials fail
+
+    def failed(self) -> None:
+        if self.rate is not None:
+            self.history.insert(0, self.now)
+            self.cache.set(self.key, self.history, self.duration)  # type: ignore[attr-defined]
 
 
 THROTTLE_CLASSES: list[type[Any]] = [AnonThrottle, UserThrottle, ScopedThrottle]

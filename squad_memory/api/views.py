@@ -1,113 +1,222 @@
-"""API views. Every read and write goes through the same storage code as Python callers."""
+"""The API's endpoints: slots, a session's history, search, and the API root, all through the
+storage code Python callers use. Every read an answer to a write is built from uses the
+write database, so a read replica that lags never turns a stored write into an error.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from django.db import transaction
+from django.db import OperationalError, connections, transaction
 from django.db.models import QuerySet
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import mixins, status, viewsets
+from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import (
+    AuthenticationFailed,
+    NotFound,
+    PermissionDenied,
+    ValidationError,
+)
+from rest_framework.permissions import SAFE_METHODS, AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-import squad_memory
 from squad_memory import compression, search
-from squad_memory.api import access, errors, idempotent, schema
-from squad_memory.api.answers import (
-    COMPRESS_STATUS,
-    BrokerUnavailable,
-    as_dicts,
-    query,
-    storage_errors,
-    summarizer_failed,
-    user_id_param,
+from squad_memory.api import access, errors, serializers, throttling
+from squad_memory.api.docs import (
+    IDEMPOTENCY_KEY,
+    KEY_PATTERN,
+    SESSION_ID,
+    SKIPPED,
+    SLOT_ID,
+    responses,
 )
-from squad_memory.api.deletion import SlotDeleteMixin
-from squad_memory.api.pagination import MessageCursorPagination, SlotCursorPagination
-from squad_memory.api.parsers import LimitedJSONParser
-from squad_memory.api.permissions import MANAGE_PERMISSION, POST_PERMISSION, SlotAccess
-from squad_memory.api.renderers import JSONFirstBrowsableAPIRenderer, SafeJSONRenderer
-from squad_memory.api.search import MessageFilterSerializer
-from squad_memory.api.serializers import (
-    BufferQuerySerializer,
-    BufferSerializer,
-    CompressResultSerializer,
-    HistorySerializer,
-    MessageSerializer,
-    PostMessagesSerializer,
-    PostResultSerializer,
-    SlotFilterSerializer,
-    SlotSerializer,
-    UserQuerySerializer,
-    check_id,
-)
-from squad_memory.api.throttling import COMPRESS_SCOPE, THROTTLE_CLASSES
-from squad_memory.idempotency import Answer
+from squad_memory.api.formats import RENDERERS, LimitedJSONParser, SafeJSONRenderer
+from squad_memory.api.pagination import BySeq, NewestFirst
+from squad_memory.conf import app_settings
 from squad_memory.models import Message, Outcome, Slot
-from squad_memory.permissions import MESSAGE
-from squad_memory.storage import SummarizingChatStorage
+from squad_memory.operations import forgetting
+from squad_memory.operations.idempotency import (
+    MAX_KEY_LENGTH,
+    Answer,
+    IdempotencyKeyReused,
+    once,
+    request_hash,
+)
+from squad_memory.permissions import MESSAGE, can_view_all
+from squad_memory.storage import get_storage
 
-SLOT_ID = re.compile(r"[0-9]{1,18}")
+PK = re.compile(r"[0-9]{1,18}")
+IDEMPOTENCY_KEY_VALUE = re.compile(KEY_PATTERN)
+#: Outcomes of work still under way: 202 (the others say what happened: 200).
+STARTED = {Outcome.QUEUED, Outcome.DEFERRED, Outcome.ALREADY_PENDING}
+#: SQLSTATE of a statement cancelled by ``statement_timeout`` (PostgreSQL).
+QUERY_CANCELED = "57014"
 
 
-def storage() -> SummarizingChatStorage:
-    """The storage the API reads and writes through (``squad_memory.get_storage()``)."""
-    return squad_memory.get_storage()
+def query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
+    """Validated query parameters (400 with field errors otherwise)."""
+    serializer = serializer_class(data=request.query_params.dict())
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def given_user_id(request: Request, session_id: str) -> str | None:
+    """A session endpoint's ``?user_id=`` (None: the requesting user's), its input checked."""
+    try:
+        serializers.check_id(session_id)
+    except ValidationError as exc:
+        raise ValidationError({"session_id": exc.detail}) from exc
+    return query(serializers.UserQuerySerializer, request).get("user_id")
+
+
+def acting_user_id(request: Request, given: str | None) -> str:
+    """The ``user_id`` a write acts for; naming another user's is for staff only."""
+    if given is None:
+        return access.user_id_for(request.user)
+    if not access.may_act_as(request.user, given):
+        raise PermissionDenied("Only staff may name another user's user_id.")
+    return given
+
+
+def fresh(slot: Slot) -> Slot:
+    """``slot`` as the write database has it now (a replica may not have it yet)."""
+    slot.refresh_from_db(using=Slot.objects.write_db())
+    return slot
+
+
+@contextmanager
+def time_limit(alias: str) -> Iterator[None]:
+    """A search's statements stop after ``SEARCH_TIMEOUT`` seconds (PostgreSQL's
+    ``statement_timeout``, for this transaction only): a 503 that says so."""
+    seconds = app_settings.search_timeout
+    if seconds <= 0 or connections[alias].vendor != "postgresql":
+        yield
+        return
+    try:
+        with transaction.atomic(using=alias):
+            with connections[alias].cursor() as cursor:
+                timeout = str(max(int(seconds * 1000), 1))
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [timeout])
+            yield
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != QUERY_CANCELED:
+            raise
+        raise errors.Unavailable(
+            f"The search took longer than {seconds:g} seconds and was stopped; "
+            "search for rarer words, or retry later."
+        ) from exc
+
+
+class SlotAccess(BasePermission):
+    """Authenticated users read; a write needs the permission its view names for it."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        if request.method in SAFE_METHODS or request.method not in view.allowed_methods:
+            return True  # reads are allowed; a method the view lacks is its 405
+        needed = view.write_permission()
+        if needed is None or user.has_perm(needed):
+            return True
+        self.message = f"This needs the {needed} permission: ask an administrator for it."
+        if needed == access.post_permission():
+            self.message += (
+                " (SQUAD_MEMORY['API_POST_PERMISSION'] = None lets users post their own.)"
+            )
+        return False
 
 
 class ApiMixin(APIView):
     permission_classes = [SlotAccess]
     parser_classes = [LimitedJSONParser]
-    renderer_classes = [SafeJSONRenderer, JSONFirstBrowsableAPIRenderer]
-    throttle_classes = THROTTLE_CLASSES
+    renderer_classes = RENDERERS
+    throttle_classes = throttling.THROTTLE_CLASSES
 
     def get_exception_handler(self) -> Callable[..., Any]:
         return errors.exception_handler
 
+    def perform_authentication(self, request: Request) -> None:
+        """Past the rate of failed authentications, a client's credentials are not even
+        checked (429), so that they cannot be guessed."""
+        failures = throttling.AuthFailureThrottle()
+        if not failures.allow_request(request, self):
+            self.throttled(request, failures.wait() or 0)
+        try:
+            request.user  # noqa: B018 - authenticates
+        except AuthenticationFailed:
+            failures.failed()
+            raise
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        if response.status_code >= 400:  # errors are JSON, even for a browser
+            request.accepted_renderer = SafeJSONRenderer()
+            request.accepted_media_type = "application/json"
+        return super().finalize_response(request, response, *args, **kwargs)
+
     def check_permissions(self, request: Request) -> None:
-        # Throttle first, so that anonymous clients (who get 401) are limited too.
-        super().check_throttles(request)
+        super().check_throttles(request)  # first, so anonymous clients (401) are limited too
         super().check_permissions(request)
 
     def check_throttles(self, request: Request) -> None:
         """Done at the start of :meth:`check_permissions`."""
 
+    def write_permission(self) -> str | None:
+        """The permission an unsafe request needs besides ownership (None: none)."""
+        return access.MANAGE_PERMISSION
+
+
+def respond_once(request: Request, write: Callable[[], Answer]) -> Response:
+    """``write``'s answer, once per ``Idempotency-Key``: a retry with the same key and body gets
+    the first answer and stores nothing; another body is a 422 (keys live ``IDEMPOTENCY_TTL``)."""
+    key = request.headers.get(IDEMPOTENCY_KEY.name)
+    if key is None:
+        answer = write()
+    else:
+        if not IDEMPOTENCY_KEY_VALUE.fullmatch(key):
+            problem = f"Must be 1 to {MAX_KEY_LENGTH} printable ASCII characters."
+            raise ValidationError({IDEMPOTENCY_KEY.name: [problem]})
+        digest = request_hash(str(request.method), request.path, request.data)
+        try:
+            answer = once(str(request.user.pk), key, digest, write)
+        except IdempotencyKeyReused as exc:
+            raise errors.KeyReused(str(exc)) from exc
+    response = Response(answer.body, status=answer.status)
+    if answer.replayed:
+        response["Idempotent-Replayed"] = "true"
+    return response
+
 
 @extend_schema_view(
     list=extend_schema(
         summary="List slots",
-        parameters=[SlotFilterSerializer],
-        responses=schema.errors({200: SlotSerializer(many=True)}, 400, 401, 403, 404),
+        description="The requesting user's slots; every user's for staff with view_slot.",
+        parameters=[serializers.SlotFilterSerializer],
+        responses=responses({200: serializers.SlotSerializer(many=True)}, 400, 404),
     ),
     retrieve=extend_schema(
         summary="Read a slot",
-        parameters=[schema.SLOT_ID],
-        responses=schema.errors({200: SlotSerializer}, 401, 403, 404),
+        parameters=[SLOT_ID],
+        responses=responses({200: serializers.SlotSerializer}, 404),
     ),
 )
 class SlotViewSet(
-    SlotDeleteMixin,
-    ApiMixin,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    viewsets.GenericViewSet[Slot],
+    ApiMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[Slot]
 ):
     """Slots (one conversation of one agent) the requesting user may see."""
 
-    serializer_class = SlotSerializer
-    pagination_class = SlotCursorPagination
+    serializer_class = serializers.SlotSerializer
+    pagination_class = NewestFirst
     lookup_value_regex = "[^/]+"  # anything, so a bad id gets this API's JSON 404
-    write_permissions = {
-        "post_messages": POST_PERMISSION,
-        "compress": MANAGE_PERMISSION,
-        "reset": MANAGE_PERMISSION,
-    }
 
     @classmethod
     def as_view(cls, actions: Any = None, **initkwargs: Any) -> Any:
@@ -117,14 +226,29 @@ class SlotViewSet(
             view = transaction.non_atomic_requests(view)
         return view
 
-    def get_object(self) -> Slot:
-        if not SLOT_ID.fullmatch(str(self.kwargs.get("pk", ""))):
-            raise NotFound()
-        return super().get_object()
-
     @property
     def throttle_scope(self) -> str | None:
-        return COMPRESS_SCOPE if getattr(self, "action", None) == "compress" else None
+        return throttling.COMPRESS_SCOPE if getattr(self, "action", None) == "compress" else None
+
+    def write_permission(self) -> str | None:
+        if self.action == "destroy":
+            return None  # the owner needs none; others are checked in destroy
+        if self.action == "post_messages":
+            return access.post_permission()
+        return access.MANAGE_PERMISSION
+
+    def get_queryset(self) -> QuerySet[Slot]:
+        slots = access.visible_slots(self.request.user, get_storage().namespace)
+        if self.request.method not in SAFE_METHODS:
+            return slots.using(Slot.objects.write_db())  # a write decides on what it reads
+        if self.action == "list":
+            slots = slots.filter(**query(serializers.SlotFilterSerializer, self.request))
+        return slots
+
+    def get_object(self) -> Slot:
+        if not PK.fullmatch(str(self.kwargs.get("pk", ""))):
+            raise NotFound()
+        return super().get_object()
 
     def get_readable_object(self, model_name: str) -> Slot:
         """The slot, if the user may also read its ``model_name`` rows (403 otherwise)."""
@@ -136,27 +260,21 @@ class SlotViewSet(
             )
         return slot
 
-    def get_queryset(self) -> QuerySet[Slot]:
-        slots = access.visible_slots(self.request.user, storage().namespace)
-        if self.action == "list":
-            slots = slots.filter(**query(SlotFilterSerializer, self.request))
-        return slots
-
     @extend_schema(
         summary="Raw messages of a slot",
-        parameters=[schema.SLOT_ID, MessageFilterSerializer],
+        parameters=[SLOT_ID, serializers.MessageFilterSerializer],
         description="Every accepted message by sequence number, trimmed ones flagged; "
         "cursor-paginated (no total count). ?q= keeps the messages matching the words.",
-        responses=schema.errors({200: MessageSerializer(many=True)}, 400, 401, 403, 404),
+        responses=responses({200: serializers.MessageSerializer(many=True)}, 400, 404),
     )
-    @action(detail=True, methods=["get"], pagination_class=MessageCursorPagination)
+    @action(detail=True, methods=["get"], pagination_class=BySeq)
     def messages(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_readable_object(MESSAGE)
         rows: Any = Message.objects.filter(slot_id=slot.pk)  # a queryset of another model
-        if words := query(MessageFilterSerializer, request).get("q"):
+        if words := query(serializers.MessageFilterSerializer, request).get("q"):
             rows = search.matching(rows, words)
         page = self.paginate_queryset(rows)
-        data = MessageSerializer(page, many=True, context={"slot": slot}).data
+        data = serializers.MessageSerializer(page, many=True, context={"slot": slot}).data
         return self.get_paginated_response(data)
 
     @extend_schema(
@@ -164,57 +282,48 @@ class SlotViewSet(
         description="What fetch_chat returns: the summary followed by the newer messages, "
         "or the visible history while the buffer is inactive. Like fetch_chat, the first read "
         "of a long history starts the buffer, which compresses it (a summarizer call).",
-        parameters=[schema.SLOT_ID, BufferQuerySerializer],
-        responses=schema.errors({200: BufferSerializer}, 400, 401, 403, 404, 502),
+        parameters=[SLOT_ID, serializers.BufferQuerySerializer],
+        responses=responses({200: serializers.BufferSerializer}, 400, 404, 502),
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def buffer(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_readable_object(MESSAGE)
-        size = query(BufferQuerySerializer, request).get("max_history_size")
-        with storage_errors(request, Slot.objects.filter(pk=slot.pk)):
-            messages = storage().fetch_chat_sync(slot.user_id, slot.session_id, slot.agent_id, size)
-        slot.refresh_from_db()  # the fetch may have activated or compressed it
-        data = {
-            "slot": slot.pk,
-            "active": bool(slot.active),
-            "buffer_length": slot.buffer_length,
-            "buffer_tokens": slot.buffer_tokens,
-            "messages": as_dicts(messages),
-        }
-        return Response(BufferSerializer(data).data)
+        size = query(serializers.BufferQuerySerializer, request).get("max_history_size")
+        with errors.storage_errors(request, Slot.objects.filter(pk=slot.pk)):
+            messages = get_storage().fetch_chat_sync(*slot.key, size)
+        slot = fresh(slot)  # the fetch may have activated or compressed it
+        state = {name: getattr(slot, name) for name in ("active", "buffer_length", "buffer_tokens")}
+        data = {"slot": slot.pk, **state, "messages": messages}
+        return Response(serializers.BufferSerializer(data).data)
 
     @extend_schema(
         summary="Post a message or a batch",
         description="message: one message with the role rule of save_chat_message (a message "
         "repeating the last role is skipped). messages: a batch stored as given, like "
-        "save_chat_messages. A rejected request stores nothing.",
-        request=PostMessagesSerializer,
-        parameters=[idempotent.PARAMETER],
-        responses=schema.errors(
-            {201: PostResultSerializer, 200: schema.skipped(PostResultSerializer)},
-            400,
-            401,
-            403,
-            413,
-            422,
-            502,
+        "save_chat_messages. A rejected request stores nothing. Needs the permission "
+        "SQUAD_MEMORY['API_POST_PERMISSION'] names (squad_memory.add_message unless the "
+        "project set None); posting for another user's user_id needs staff too.",
+        request=serializers.PostMessagesSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        responses=responses(
+            {201: serializers.PostResultSerializer, 200: SKIPPED}, 400, 413, 422, 502
         ),
     )
     @action(detail=False, methods=["post"], url_path="messages", pagination_class=None)
     def post_messages(self, request: Request) -> Response:
-        serializer = PostMessagesSerializer(data=request.data)
+        serializer = serializers.PostMessagesSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        user_id = user_id_param(request, data.get("user_id"))
+        user_id = acting_user_id(request, data.get("user_id"))
         key = {"user_id": user_id, "session_id": data["session_id"], "agent_id": data["agent_id"]}
-        slots = Slot.objects.filter(namespace=storage().namespace, **key)
+        slots = Slot.objects.filter(namespace=get_storage().namespace, **key)
         failure = "The messages were stored, but the summarizer failed"
-        with storage_errors(request, slots, failure):
-            return idempotent.respond(request, lambda: self._save(data, user_id))
+        with errors.storage_errors(request, slots, failure):
+            return respond_once(request, lambda: self._save(data, user_id))
 
     def _save(self, data: dict[str, Any], user_id: str) -> Answer:
         single = "message" in data
-        result = storage().save_messages_detailed(
+        result = get_storage().save_messages_detailed(
             user_id,
             data["session_id"],
             data["agent_id"],
@@ -222,72 +331,167 @@ class SlotViewSet(
             check_role=single,
             max_history_size=data.get("max_history_size"),
         )
-        result.slot.refresh_from_db()
-        body = {"slot": result.slot, "stored": result.rows, "skipped": result.skipped}
+        slot = fresh(result.slot)
+        body = {"slot": slot, "stored": result.rows, "skipped": result.skipped}
         code = status.HTTP_200_OK if result.skipped else status.HTTP_201_CREATED
-        return Answer(code, PostResultSerializer(body, context={"slot": result.slot}).data)
+        data = serializers.PostResultSerializer(body, context={"slot": slot}).data
+        return Answer(code, data, slot=slot.pk)
 
     @extend_schema(
         summary="Compress the buffer now",
-        parameters=[schema.SLOT_ID],
+        parameters=[SLOT_ID],
         description="Activates the buffer if needed and summarizes it whatever its length. "
-        "202 when handed to a worker (Celery mode).",
+        "202 when handed to a worker (Celery mode); 503 when the broker did not take it.",
         request=None,
-        responses=schema.errors(
-            {200: CompressResultSerializer, 202: CompressResultSerializer}, 400, 401, 403, 404, 502
+        responses=responses(
+            dict.fromkeys((200, 202), serializers.CompressResultSerializer), 404, 502
         ),
     )
     @action(detail=True, methods=["post"], pagination_class=None)
     def compress(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_object()
         this = Slot.objects.filter(pk=slot.pk)
-        with storage_errors(request, this):
-            result = storage().compress_now(slot.user_id, slot.session_id, slot.agent_id)
+        with errors.storage_errors(request, this):
+            result = get_storage().compress_now(*slot.key)
         if result.error is not None:
-            raise summarizer_failed(request, "The summarizer failed", result.error, this)
+            raise errors.summarizer_failed(request, "The summarizer failed", result.error, this)
         if result.outcome == Outcome.NOT_QUEUED:
-            raise BrokerUnavailable(f"The compression could not be queued: {result.detail}")
-        slot.refresh_from_db()
-        code = COMPRESS_STATUS.get(result.outcome, status.HTTP_200_OK)
-        body = {"outcome": str(result.outcome), "slot": slot}
-        return Response(CompressResultSerializer(body).data, status=code)
+            raise errors.not_queued(request, slot, result.detail)
+        body = {"outcome": str(result.outcome), "slot": fresh(slot)}
+        code = status.HTTP_202_ACCEPTED if result.outcome in STARTED else status.HTTP_200_OK
+        return Response(serializers.CompressResultSerializer(body).data, status=code)
 
     @extend_schema(
         summary="Reset the buffer",
-        parameters=[schema.SLOT_ID],
+        parameters=[SLOT_ID],
         description="Drops the summary and any pending compression; the raw history stays.",
         request=None,
-        responses=schema.errors({200: SlotSerializer}, 401, 403, 404),
+        responses=responses({200: serializers.SlotSerializer}, 404),
     )
     @action(detail=True, methods=["post"], pagination_class=None)
     def reset(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_object()
         compression.reset(slot.pk)
-        slot.refresh_from_db()
-        return Response(SlotSerializer(slot).data)
+        return Response(serializers.SlotSerializer(fresh(slot)).data)
+
+    @extend_schema(
+        summary="Delete a slot",
+        parameters=[SLOT_ID],
+        description="Deletes the slot with its raw messages, summary and compression log. "
+        "Allowed to its owner, and to staff with the delete permission.",
+        request=None,
+        responses=responses({204: None}, 404),
+    )
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        slot = self.get_object()
+        access.check_may_delete(request.user, slot.user_id)
+        forgetting.forget_slot(slot, actor=f"API user pk={request.user.pk}")
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class SessionHistoryView(ApiMixin, APIView):
+class SessionHistoryView(ApiMixin):
     """A session's merged history of every agent, the same as ``fetch_all_chats``."""
 
     @extend_schema(
         summary="Merged history of a session",
         description="Every agent's visible messages of the session by time; assistant text "
-        "is prefixed with [agent_id]. Staff may pass ?user_id=.",
-        parameters=[schema.SESSION_ID, UserQuerySerializer],
-        responses=schema.errors({200: HistorySerializer}, 400, 401, 403, 404),
+        "is prefixed with [agent_id]. Staff with view_message may pass ?user_id=.",
+        parameters=[SESSION_ID, serializers.UserQuerySerializer],
+        responses=responses({200: serializers.HistorySerializer}, 400, 404),
     )
     def get(self, request: Request, session_id: str) -> Response:
-        try:
-            check_id(session_id)
-        except ValidationError as exc:
-            raise ValidationError({"session_id": exc.detail}) from exc
-        given = query(UserQuerySerializer, request).get("user_id")
+        given = given_user_id(request, session_id)
         if given is not None and not access.may_read(request.user, given, MESSAGE):
             raise NotFound()
         user_id = given or access.user_id_for(request.user)
-        slots = access.visible_slots(request.user, storage().namespace)
-        with storage_errors(request, slots.filter(user_id=user_id, session_id=session_id)):
-            messages = storage().fetch_all_chats_sync(user_id, session_id)
-        data = {"user_id": user_id, "session_id": session_id, "messages": as_dicts(messages)}
-        return Response(HistorySerializer(data).data)
+        slots = access.visible_slots(request.user, get_storage().namespace)
+        with errors.storage_errors(request, slots.filter(user_id=user_id, session_id=session_id)):
+            messages = get_storage().fetch_all_chats_sync(user_id, session_id)
+        data = {"user_id": user_id, "session_id": session_id, "messages": messages}
+        return Response(serializers.HistorySerializer(data).data)
+
+
+class SessionView(ApiMixin):
+    """``DELETE /sessions/{session_id}/``: every slot of a session of one user."""
+
+    def write_permission(self) -> str | None:
+        return None  # the owner needs none; others are checked in delete
+
+    @extend_schema(
+        summary="Delete a session",
+        description="Deletes every agent's slot of the session (the requesting user's, or, "
+        "for staff with the delete permission, ?user_id='s) with its raw messages, summaries "
+        "and compression log; other users' slots of the same session id stay.",
+        parameters=[SESSION_ID, serializers.UserQuerySerializer],
+        request=None,
+        responses=responses({204: None}, 400, 404),
+    )
+    def delete(self, request: Request, session_id: str) -> Response:
+        given = given_user_id(request, session_id)
+        if given is not None and not access.may_act_as(request.user, given):
+            raise NotFound()
+        user_id = access.user_id_for(request.user) if given is None else given
+        access.check_may_delete(request.user, user_id)
+        namespace = get_storage().namespace
+        slots = Slot.objects.using(Slot.objects.write_db())
+        if not slots.filter(namespace=namespace, user_id=user_id, session_id=session_id).exists():
+            raise NotFound()
+        actor = f"API user pk={request.user.pk}"
+        forgetting.forget(user_id, session_id, namespace=namespace, actor=actor)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SearchView(ApiMixin, generics.GenericAPIView[Message]):
+    """Full-text search over raw messages."""
+
+    pagination_class = NewestFirst
+    serializer_class = serializers.SearchHitSerializer
+    throttle_scope = throttling.SEARCH_SCOPE
+
+    @extend_schema(
+        summary="Search raw messages",
+        description="Raw messages matching ?q=, newest first, cursor-paginated: the "
+        "requesting user's, ?user_id='s, or for staff with view_message naming none, every "
+        "user's. Each hit names its slot and seq, with an HTML-escaped excerpt marking the "
+        "hits in `<mark>`. A search longer than SEARCH_TIMEOUT seconds is stopped (503).",
+        parameters=[serializers.SearchQuerySerializer],
+        responses=responses({200: serializers.SearchHitSerializer(many=True)}, 400, 404),
+    )
+    def get(self, request: Request) -> Response:
+        params = query(serializers.SearchQuerySerializer, request)
+        rows = Message.objects.filter(slot__namespace=get_storage().namespace)
+        given = params.get("user_id")
+        if given is not None and not access.may_read(request.user, given, MESSAGE):
+            raise PermissionDenied(
+                "Searching another user's messages needs the squad_memory.view_message permission."
+            )
+        if given is not None:
+            rows = rows.filter(slot__user_id=given)
+        elif not can_view_all(request.user, MESSAGE):
+            rows = rows.filter(slot__user_id=access.user_id_for(request.user))
+        rows = rows.select_related("slot").only(*serializers.SearchHitSerializer.Meta.loads)
+        with time_limit(rows.db):
+            page = self.paginate_queryset(search.matching(rows, params["q"]))
+        data = serializers.SearchHitSerializer(page, many=True, context={"q": params["q"]}).data
+        return self.get_paginated_response(data)
+
+
+class RootView(ApiMixin):
+    """``GET /api/``: where each endpoint is (``{...}`` marks a part to fill in)."""
+
+    permission_classes = [AllowAny]
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request) -> Response:
+        root = request.build_absolute_uri(reverse("squad_memory_api:root"))
+        paths = {
+            "slots": "slots/",
+            "post messages": "slots/messages/",
+            "search": "search/?q={words}",
+            "session history": "sessions/{session_id}/history/",
+            "session": "sessions/{session_id}/",
+            "schema": "schema/",
+            "docs": "docs/",
+            "redoc": "redoc/",
+        }
+        return Response({name: root + path for name, path in paths.items()})

@@ -12,17 +12,30 @@ from typing import TYPE_CHECKING
 from django.db.models import Q
 from django.utils import timezone
 
-from squad_memory.buffer import Snapshot
 from squad_memory.exceptions import InvalidSummarizerOutput
-from squad_memory.history import db_alias
 from squad_memory.messages import MessageDict
-from squad_memory.models import Compression, Message, Outcome
+from squad_memory.models import Compression, Message, Outcome, Slot
 from squad_memory.summarizers import Summarizer
 
 if TYPE_CHECKING:
     from squad_memory.compression.runner import Result
 
 logger = logging.getLogger("squad_memory")
+
+
+@dataclass
+class Snapshot:
+    """The buffer a compression summarizes: ``messages`` cover ``from_seq..to_seq``."""
+
+    slot_id: int
+    version: int
+    from_seq: int
+    to_seq: int
+    messages: list[MessageDict]
+    #: How many of ``messages`` are the summary prefix (the rest are raw rows).
+    prefix: int = 0
+    #: The tokens of ``messages``: the slot's running total as the snapshot was read.
+    tokens: int = 0
 
 
 @dataclass
@@ -38,17 +51,14 @@ class Attempt:
 
 
 def write(run: Attempt, result: Result) -> int:
-    """The log row of one attempt; its id.
-
-    What the compression read and kept is recorded by reference, since the raw
-    history never changes: the previous compression's row for the summary prefix,
-    ``from_seq..to_seq`` for the raw messages, and ``kept_from_seq..to_seq`` for the
-    raw messages its output kept verbatim. Only what the summarizer wrote is stored.
-    """
+    """The log row of one attempt; its id. The raw history never changes, so what the
+    compression read and kept is recorded by reference: the previous compression's row for
+    the summary prefix, ``from_seq..to_seq`` for the raw messages, ``kept_from_seq..to_seq``
+    for those its output kept verbatim. Only what the summarizer wrote is stored."""
     snap = run.snap
     previous, prefix = _previous(snap)
     written, kept_from = _written(snap, result.output)
-    row = Compression.objects.using(db_alias()).create(
+    row = Compression.objects.using(Slot.objects.write_db()).create(
         slot_id=snap.slot_id,
         started_at=run.started,
         finished_at=timezone.now(),
@@ -70,15 +80,12 @@ def write(run: Attempt, result: Result) -> int:
 
 
 def _previous(snap: Snapshot) -> tuple[int | None, list[MessageDict]]:
-    """The row whose output is the snapshot's summary prefix, or the prefix itself.
-
-    A summary prefix is only ever set by applying a compression, in the transaction
-    that logs it, with the slot's pointer at that row's ``to_seq`` (a reset empties it).
-    """
+    """The row whose output is the snapshot's summary prefix, or the prefix itself (a prefix
+    is only set by applying a compression, with the pointer at that row's ``to_seq``)."""
     prefix = snap.messages[: snap.prefix]
     if not prefix:
         return None, []
-    rows = Compression.objects.using(db_alias()).filter(
+    rows = Compression.objects.using(Slot.objects.write_db()).filter(
         slot_id=snap.slot_id, outcome=Outcome.APPLIED, to_seq=snap.from_seq - 1
     )
     found = rows.order_by("-id").values_list("pk", flat=True).first()
@@ -116,10 +123,7 @@ Rebuilt = tuple[list[MessageDict], list[MessageDict] | None]
 def rebuild(rows: list[Compression]) -> dict[int, Rebuilt]:
     """Input and output of each logged compression, with one query for all their raw
     messages (pass rows loaded with ``select_related("previous")``)."""
-    ranges: set[tuple[int, int, int]] = set()
-    for row in rows:
-        ranges |= _ranges(row)
-    raw = _raw(ranges)
+    raw = _raw({span for row in rows for span in _ranges(row)})
     return {row.pk: (_input(row, raw), _output(row, raw)) for row in rows}
 
 
@@ -160,7 +164,7 @@ def _raw(ranges: set[tuple[int, int, int]]) -> RawRows:
     where = Q()
     for slot_id, first, last in ranges:
         where |= Q(slot_id=slot_id, seq__gte=first, seq__lte=last)
-    rows = Message.objects.using(db_alias()).filter(where)
+    rows = Message.objects.using(Slot.objects.write_db()).filter(where)
     return {
         (r["slot_id"], r["seq"]): MessageDict(
             role=r["role"], content=r["content"], citations=r["citations"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 
@@ -9,13 +10,14 @@ from django.db import DatabaseError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from squad_memory import buffer, lease, tokens
-from squad_memory.compression import log
-from squad_memory.compression.claims import Claim, release
+from squad_memory.compression import lease, log
+from squad_memory.compression.claims import SETTLED, Claim, release
+from squad_memory.compression.log import Snapshot
 from squad_memory.conf import app_settings
-from squad_memory.history import db_alias
-from squad_memory.messages import MessageDict, check_smaller, to_messages, validate_summary
-from squad_memory.models import Outcome, Slot
+from squad_memory.exceptions import InvalidSummarizerOutput
+from squad_memory.messages import MessageDict, copied, to_messages, validate_summary
+from squad_memory.models import Message, Outcome, Slot
+from squad_memory.rules import count_all
 from squad_memory.summarizers import Summarizer, call_summarizer
 
 logger = logging.getLogger("squad_memory")
@@ -23,12 +25,8 @@ logger = logging.getLogger("squad_memory")
 
 @dataclass
 class Result:
-    """What one request to compress turned into.
-
-    ``output`` and ``covered_seq`` are set when applied; ``error`` when the summarizer
-    failed; ``detail`` says why nothing was queued; ``log_id`` is the compression log
-    row written, if any.
-    """
+    """What one request to compress turned into: ``output`` and ``covered_seq`` if applied,
+    ``error`` if the summarizer failed, ``detail`` why nothing was queued, ``log_id`` its row."""
 
     outcome: Outcome
     output: list[MessageDict] | None = None
@@ -42,6 +40,28 @@ class Result:
         return self.outcome == Outcome.APPLIED
 
 
+def _db() -> str:
+    return Slot.objects.write_db()
+
+
+def snapshot(slot: Slot) -> Snapshot:
+    """The buffer of a slot up to its last sequence number: the summary, then the rows."""
+    rows = Message.objects.using(_db()).filter(
+        slot_id=slot.pk, seq__gt=slot.covered_seq, seq__lte=slot.last_seq
+    )
+    raw = list(rows.order_by("seq").values("role", "content", "citations"))
+    messages: list[MessageDict] = list(slot.summary) + raw
+    return Snapshot(
+        slot.pk,
+        slot.version,
+        slot.covered_seq + 1,
+        slot.last_seq,
+        messages,
+        prefix=len(slot.summary),
+        tokens=slot.buffer_tokens,
+    )
+
+
 def run(
     claimed: Claim,
     summarizer: Summarizer,
@@ -51,20 +71,19 @@ def run(
     final: bool = True,
     lease_seconds: float = 30.0,
 ) -> Result:
-    """Run a claimed compression now, on this thread. Never leaves the claim stuck.
-
-    ``final=False`` keeps the claim after a summarizer failure, for a retry.
-    A claim no longer held (released, reset, taken over) is ``skipped``.
-    """
-    slot = claimed.slot or Slot.objects.using(db_alias()).filter(pk=claimed.slot_id).first()
+    """Run a claimed compression now, on this thread (:func:`compress` of its snapshot):
+    ``applied``; ``failed`` (the summarizer raised, returned something invalid or not smaller, or
+    the database went away); ``skipped`` (nothing to fold, or the claim was released or replaced
+    meanwhile); ``stale`` (the buffer moved on). One log row either way, and the claim released on
+    every way out but a retry's (``final=False`` keeps it after a failure)."""
+    slot = claimed.slot or Slot.objects.using(_db()).filter(pk=claimed.slot_id).first()
     if slot is None or slot.pending_token != claimed.token:
         logger.info(
             "Compression of slot %s skipped: its claim was released or replaced.", claimed.slot_id
         )
         return Result(Outcome.SKIPPED)
-    snap = buffer.snapshot(slot)
     return compress(
-        snap,
+        snapshot(slot),
         claimed,
         summarizer,
         trigger=trigger,
@@ -75,7 +94,7 @@ def run(
 
 
 def compress(
-    snap: buffer.Snapshot,
+    snap: Snapshot,
     claimed: Claim,
     summarizer: Summarizer,
     *,
@@ -84,44 +103,79 @@ def compress(
     final: bool = True,
     lease_seconds: float = 30.0,
 ) -> Result:
-    """Summarize ``snap`` with no transaction open, then apply it if it is still the head.
-
-    ``applied``; ``failed`` (the summarizer raised, returned something invalid or not
-    smaller, or the database went away); ``skipped`` (nothing to fold); or ``stale``
-    when the buffer moved on or the claim was lost meanwhile (nothing changes). One log
-    row either way, and the claim released on every way out but a retry's.
-    """
-    run = log.Attempt(snap, summarizer, trigger, attempt)
+    """Summarize ``snap`` with no transaction open, then apply the output if it is still
+    the buffer's head and ``claimed`` still holds the claim (see :func:`run`)."""
+    attempt_log = log.Attempt(snap, summarizer, trigger, attempt)
     try:
         with lease.renewing(claimed.slot_id, claimed.token, lease_seconds):
             result = _summarize(snap, summarizer, claimed.keep_last)
     except BaseException as exc:  # cancelled, interrupted, exiting: release, log, re-raise
-        _abandon(run, claimed.token, exc)
+        _abandon(attempt_log, claimed.token, exc)
         raise
     try:
-        with transaction.atomic(using=db_alias()):
+        with transaction.atomic(using=_db()):
             result = _settle(snap, claimed, result, final)
-            result.log_id = log.write(run, result)
-    except DatabaseError as exc:  # the database restarted meanwhile
-        _abandon(run, claimed.token, exc)
+            result.log_id = log.write(attempt_log, result)
+    except DatabaseError as exc:  # the database restarted, or the slot was deleted
+        _abandon(attempt_log, claimed.token, exc)
         return Result(Outcome.FAILED, error=exc)
     log.report(snap, result)
     return result
 
 
-def _summarize(snap: buffer.Snapshot, summarizer: Summarizer, keep_last: int) -> Result:
+def _summarize(snap: Snapshot, summarizer: Summarizer, keep_last: int) -> Result:
     try:
-        raw = call_summarizer(summarizer.func, to_messages(snap.messages), keep_last)
-        output = validate_summary(raw)
+        given = to_messages(copied(snap.messages))  # the summarizer may change what it gets
+        output = validate_summary(call_summarizer(summarizer.func, given, keep_last))
         if output == snap.messages:
             return Result(Outcome.SKIPPED)
-        check_smaller(output, snap.messages, app_settings.max_summary_chars)
+        check_smaller(output, snap)
     except Exception as exc:
         return Result(Outcome.FAILED, error=exc)
     return Result(Outcome.APPLIED, output=output)
 
 
-def _settle(snap: buffer.Snapshot, claimed: Claim, result: Result, final: bool) -> Result:
+def check_smaller(output: list[MessageDict], snap: Snapshot) -> None:
+    """Refuse output larger than its input: more messages, a written message (one not
+    copied from the input) over ``MAX_SUMMARY_CHARS`` characters, or more written characters
+    than the larger of ``MAX_SUMMARY_CHARS`` and those of the messages it replaced."""
+    given, limit = snap.messages, app_settings.max_summary_chars
+    if len(output) > len(given):
+        raise InvalidSummarizerOutput(
+            f"The summarizer returned {len(output)} messages for {len(given)}; a compression "
+            "must not return more messages than it was given (a summary plus the kept pairs)."
+        )
+    given_prints = {_fingerprint(m) for m in given}
+    output_prints = {_fingerprint(m) for m in output}
+    written = [m for m in output if _fingerprint(m) not in given_prints]
+    for message in written:
+        if (size := _chars(message)) > limit:
+            raise InvalidSummarizerOutput(
+                f"The summarizer wrote a message of {size} characters; the limit is "
+                f"MAX_SUMMARY_CHARS ({limit})."
+            )
+    replaced = sum(_chars(m) for m in given if _fingerprint(m) not in output_prints)
+    wrote = sum(_chars(m) for m in written)
+    if wrote > max(limit, replaced):
+        raise InvalidSummarizerOutput(
+            f"The summarizer wrote {wrote} characters in place of {replaced}; output larger "
+            f"than its input and than MAX_SUMMARY_CHARS ({limit}) is not applied."
+        )
+
+
+def _fingerprint(message: MessageDict) -> str:
+    return json.dumps([message["role"], message["content"]], sort_keys=True)
+
+
+def _chars(message: MessageDict) -> int:
+    """Characters of a message: its text blocks' text, other blocks as JSON."""
+    return sum(
+        len(block["text"]) if isinstance(block.get("text"), str) else len(json.dumps(block))
+        for block in message["content"] or []
+    )
+
+
+def _settle(snap: Snapshot, claimed: Claim, result: Result, final: bool) -> Result:
     """Apply an output with a compare-and-swap, or release the claim (lock-free, one row)."""
     if result.applied:
         if not _apply(snap, claimed.token, result.output or []):
@@ -129,56 +183,58 @@ def _settle(snap: buffer.Snapshot, claimed: Claim, result: Result, final: bool) 
         result.covered_seq = snap.to_seq
     elif result.outcome == Outcome.SKIPPED:
         release(claimed.slot_id, claimed.token, failed=False)
-    elif final:
-        release(claimed.slot_id, claimed.token, failed=True)
+    elif final:  # refused output would most likely be refused again: saves wait a while
+        refused = isinstance(result.error, InvalidSummarizerOutput)
+        backoff = app_settings.pending_timeout if refused else 0
+        release(claimed.slot_id, claimed.token, failed=True, backoff=backoff)
     return result
 
 
-def _apply(snap: buffer.Snapshot, token: str, output: list[MessageDict]) -> bool:
+def _apply(snap: Snapshot, token: str, output: list[MessageDict]) -> bool:
     # Tokens: the output replaces the snapshot; saves made meanwhile stay counted.
-    output_tokens = tokens.count_all(output)
-    updated = (
-        Slot.objects.using(db_alias())
-        .filter(pk=snap.slot_id, version=snap.version, pending_token=token)
-        .update(
-            summary=output,
-            summary_length=len(output),
-            summary_tokens=output_tokens,
-            buffer_tokens=F("buffer_tokens") - snap.tokens + output_tokens,
-            covered_seq=snap.to_seq,
-            version=snap.version + 1,
-            active=True,
-            pending_since=None,
-            pending_token="",
-            lease_until=None,
-            last_failed=False,
-            updated_at=timezone.now(),
-        )
+    output_tokens = count_all(output)
+    head = Slot.objects.using(_db()).filter(
+        pk=snap.slot_id, version=snap.version, pending_token=token
+    )
+    updated = head.update(
+        summary=output,
+        summary_length=len(output),
+        summary_tokens=output_tokens,
+        buffer_tokens=F("buffer_tokens") - snap.tokens + output_tokens,
+        covered_seq=snap.to_seq,
+        version=snap.version + 1,
+        active=True,
+        **SETTLED,
+        updated_at=timezone.now(),
     )
     return updated == 1
 
 
-def _abandon(run: log.Attempt, token: str, exc: BaseException) -> None:
+def _abandon(attempt: log.Attempt, token: str, exc: BaseException) -> None:
     """Release the claim and log the failure, if the database answers; never raise."""
-    connection = transaction.get_connection(db_alias())
+    slot_id = attempt.snap.slot_id
+    connection = transaction.get_connection(_db())
     if not connection.in_atomic_block:
         connection.close()  # a connection the database dropped: the next query reconnects
     try:
-        with transaction.atomic(using=db_alias()):
-            release(run.snap.slot_id, token, failed=True)
-            log.write(run, Result(Outcome.FAILED, error=exc))
+        with transaction.atomic(using=_db()):
+            if not Slot.objects.using(_db()).filter(pk=slot_id).exists():
+                logger.info("Slot %s was deleted while it compressed; nothing to release.", slot_id)
+                return
+            release(slot_id, token, failed=True)
+            log.write(attempt, Result(Outcome.FAILED, error=exc))
     except Exception as db_error:  # the claim's lease runs out instead
         logger.error(
             "Compression of slot %s was interrupted (%s) and its claim could not be released "
             "(%s); it is taken over when its lease runs out.",
-            run.snap.slot_id,
+            slot_id,
             type(exc).__name__,
             db_error,
         )
         return
     logger.warning(
         "Compression of slot %s was interrupted (%s: %s); its claim was released.",
-        run.snap.slot_id,
+        slot_id,
         type(exc).__name__,
         exc,
     )

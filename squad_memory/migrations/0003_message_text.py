@@ -21,7 +21,7 @@ BATCH = 2000
 
 
 def fill_text(apps: Any, schema_editor: Any) -> None:
-    from squad_memory.search import extract_text
+    from squad_memory.messages import extract_text
 
     Message = apps.get_model("squad_memory", "Message")
     rows = Message.objects.using(schema_editor.connection.alias).order_by("pk")

@@ -14,7 +14,7 @@ BATCH = 2000
 
 
 def fill_message_tokens(apps: Any, schema_editor: Any) -> None:
-    from squad_memory.tokens import count
+    from squad_memory.rules import count_tokens as count
 
     Message = apps.get_model("squad_memory", "Message")
     rows = Message.objects.using(schema_editor.connection.alias).order_by("pk")
@@ -30,7 +30,7 @@ def fill_message_tokens(apps: Any, schema_editor: Any) -> None:
 
 
 def fill_slot_tokens(apps: Any, schema_editor: Any) -> None:
-    from squad_memory.tokens import count_all
+    from squad_memory.rules import count_all
 
     alias = schema_editor.connection.alias
     Slot = apps.get_model("squad_memory", "Slot")

@@ -1,12 +1,22 @@
-"""The compression log, and the answers kept for Idempotency-Key retries."""
+"""The compression log: one row per compression and per failed attempt."""
 
 from __future__ import annotations
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from squad_memory.models.slots import Slot
-from squad_memory.querysets import Outcome
+
+class Outcome(models.TextChoices):
+    """What one request to compress turned into. Every entry point returns one."""
+
+    APPLIED = "applied", _("applied")
+    FAILED = "failed", _("failed")
+    STALE = "stale", _("stale (buffer moved on)")
+    SKIPPED = "skipped", _("skipped (nothing to do)")
+    QUEUED = "queued", _("queued for a worker")
+    ALREADY_PENDING = "already_pending", _("already pending")
+    DEFERRED = "deferred", _("deferred to the commit")
+    NOT_QUEUED = "not_queued", _("not queued (broker failed)")
 
 
 class Compression(models.Model):
@@ -15,7 +25,10 @@ class Compression(models.Model):
     Outcome = Outcome
 
     slot = models.ForeignKey(
-        Slot, on_delete=models.CASCADE, related_name="compressions", verbose_name=_("slot")
+        "squad_memory.Slot",
+        on_delete=models.CASCADE,
+        related_name="compressions",
+        verbose_name=_("slot"),
     )
     started_at = models.DateTimeField(_("started"))
     finished_at = models.DateTimeField(_("finished"))
@@ -69,39 +82,4 @@ class Compression(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.slot_id} {self.from_seq}..{self.to_seq} {self.outcome}"
-
-
-class IdempotencyKey(models.Model):
-    """The answer to a post sent with an ``Idempotency-Key`` header, replayed on its retries.
-
-    One row per requesting account and key, written in the transaction that stores the
-    messages, so a retry finds either nothing stored or the stored messages and their
-    answer. Rows older than ``IDEMPOTENCY_TTL`` are deleted by the sweep.
-    """
-
-    user = models.CharField(
-        _("user"), max_length=255, help_text=_("Primary key of the requesting account.")
-    )
-    key = models.CharField(_("idempotency key"), max_length=255)
-    request_hash = models.CharField(
-        _("request hash"),
-        max_length=64,
-        help_text=_("SHA-256 of the request's method, path and body."),
-    )
-    status = models.PositiveSmallIntegerField(_("response status"))
-    body = models.JSONField(_("response body"))
-    created_at = models.DateTimeField(_("created"))
-
-    class Meta:
-        verbose_name = _("idempotency key")
-        verbose_name_plural = _("idempotency keys")
-        constraints = [
-            models.UniqueConstraint(fields=["user", "key"], name="squad_memory_idem_user_key"),
-        ]
-        indexes = [
-            models.Index(fields=["created_at"], name="squad_memory_idem_created"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.user}:{self.key}"
+        return f"messages #{self.from_seq} to #{self.to_seq} of slot {self.slot_id}: {self.outcome}"

@@ -1,13 +1,12 @@
-"""Summarizers: how the storage finds, names and calls one.
-
-A summarizer is ``(history: list[ConversationMessage], keep_last: int) ->
-list[ConversationMessage]``: a plain function, an async function, a callable
-object, or the dotted path of one.
+"""Summarizers: how the storage finds, names and calls one, and the two that ship. A
+summarizer is ``(history: list[ConversationMessage], keep_last: int) ->
+list[ConversationMessage]``: a function, async or not, a callable, or the dotted path of one.
 """
 
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,9 @@ from asgiref.sync import async_to_sync
 from django.utils.module_loading import import_string
 
 from squad_memory.exceptions import ConfigurationError, SummarizerNotImportable
+from squad_memory.summarizers.base import SUMMARY_PREFIX, is_summary, max_summary_chars
+from squad_memory.summarizers.llm import LLMSummarizer
+from squad_memory.summarizers.offline import OfflineSummarizer
 
 SummarizerFunc = Callable[[list[Any], int], Any]
 
@@ -75,8 +77,6 @@ def importable_path(func: Any) -> str | None:
 
 
 def _instance_path(obj: Any) -> str | None:
-    import sys
-
     for name, module in list(sys.modules.items()):
         for attr, value in list(getattr(module, "__dict__", {}).items()):
             if value is obj and not attr.startswith("_"):
@@ -104,26 +104,11 @@ def require_importable(summarizer: Summarizer) -> str:
 def call_summarizer(func: SummarizerFunc, history: list[Any], keep_last: int) -> Any:
     """Call a sync or async summarizer from synchronous code."""
     result = func(history, keep_last)
-    if inspect.isawaitable(result):
-        awaitable = result
-
-        async def wait() -> Any:
-            return await awaitable
-
-        result = async_to_sync(wait)()
-    return result
+    return async_to_sync(_wait)(result) if inspect.isawaitable(result) else result
 
 
-from squad_memory.summarizers.base import SUMMARY_PREFIX, is_summary  # noqa: E402
-
-
-def __getattr__(name: str) -> Any:
-    # The LLM summarizer is imported lazily, so importing this package stays cheap.
-    if name in {"LLMSummarizer", "OfflineSummarizer"}:
-        from squad_memory.summarizers import llm, offline
-
-        return getattr(llm if name == "LLMSummarizer" else offline, name)
-    raise AttributeError(name)
+async def _wait(awaitable: Any) -> Any:
+    return await awaitable
 
 
 __all__ = [
@@ -133,6 +118,7 @@ __all__ = [
     "Summarizer",
     "call_summarizer",
     "is_summary",
+    "max_summary_chars",
     "require_importable",
     "resolve",
     "resolve_or_failing",

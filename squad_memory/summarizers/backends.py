@@ -1,19 +1,6 @@
-"""Where :class:`~squad_memory.summarizers.llm.LLMSummarizer` sends its prompt.
-
-A backend has ``label`` and ``complete(system, prompt) -> str``. Three ship:
-
-- :class:`OpenAIBackend`: any OpenAI-compatible chat-completions endpoint
-  (OpenAI, Azure OpenAI's v1 endpoint, vLLM, Ollama, LM Studio), with the
-  official ``openai`` package (``pip install 'squad-memory[openai]'``);
-- :class:`AnthropicBackend`: Anthropic's Messages API with the official
-  ``anthropic`` package (``pip install 'squad-memory[anthropic]'``);
-- :class:`AgentBackend`: any agent-squad ``Agent``, so the agents and
-  credentials already configured do the summarizing.
-
-Every failure becomes a :class:`~squad_memory.exceptions.SummarizerError`
-subclass: :class:`SummarizerTimeout`, :class:`SummarizerRateLimited`,
-:class:`SummarizerBackendError` or :class:`SummarizerBadReply`.
-"""
+"""Where :class:`~squad_memory.summarizers.llm.LLMSummarizer` sends its prompt: an object
+with ``label`` and ``complete(system, prompt) -> str`` whose every failure is a
+:class:`~squad_memory.exceptions.SummarizerError` subclass."""
 
 from __future__ import annotations
 
@@ -33,7 +20,7 @@ from squad_memory.exceptions import (
     SummarizerTimeout,
 )
 
-__all__ = ["AgentBackend", "AnthropicBackend", "Backend", "OpenAIBackend", "translate_error"]
+__all__ = ["AgentBackend", "Backend", "SDKBackend", "translate_error"]
 
 
 class Backend(Protocol):
@@ -83,14 +70,14 @@ def translate_error(
     return SummarizerBackendError(f"{label} failed: {type(exc).__name__}: {exc}")
 
 
-class _SDKBackend:
-    """Shared by the OpenAI and Anthropic backends: a lazily built client, errors translated."""
-
-    sdk_name = ""
-    client_class = ""
+class SDKBackend:
+    """An ``openai`` client (any OpenAI-compatible endpoint: OpenAI, Azure OpenAI's v1, vLLM,
+    Ollama, LM Studio) or an ``anthropic`` one, built on first use. ``temperature`` goes to
+    OpenAI-compatible endpoints only; Anthropic always gets a ``max_tokens`` (it needs one)."""
 
     def __init__(
         self,
+        vendor: str,
         model: str,
         *,
         base_url: str | None = None,
@@ -106,17 +93,17 @@ class _SDKBackend:
                 "An LLM summarizer needs a model name: set SQUAD_MEMORY['LLM']['MODEL'] "
                 "or pass model=..."
             )
-        self.model, self.base_url, self.api_key = model, base_url, api_key
+        self.vendor, self.model, self.base_url, self.api_key = vendor, model, base_url, api_key
         self.timeout, self.max_retries = timeout, max_retries
         self.max_tokens, self.temperature = max_tokens, temperature
         self._client = client
-        where = f" at {base_url}" if base_url else ""
-        self.label = f"{self.sdk_name}:{model}{where}"
+        self.label = f"{vendor}:{model}" + (f" at {base_url}" if base_url else "")
 
     @property
     def client(self) -> Any:
         if self._client is None:
-            factory = getattr(_sdk(self.sdk_name), self.client_class)
+            sdk = _sdk(self.vendor)
+            factory = sdk.OpenAI if self.vendor == "openai" else sdk.Anthropic
             try:
                 self._client = factory(
                     base_url=self.base_url,
@@ -126,87 +113,49 @@ class _SDKBackend:
                 )
             except Exception as exc:  # the SDKs raise their base error for a missing key
                 raise SummarizerBackendError(
-                    f"Cannot build the {self.sdk_name} client: {exc} Set "
+                    f"Cannot build the {self.vendor} client: {exc} Set "
                     f"SQUAD_MEMORY['LLM']['API_KEY'] (any string for a local server)."
                 ) from exc
         return self._client
 
     def complete(self, system: str, prompt: str) -> str:
-        sdk = _sdk(self.sdk_name)
-        client = self.client
+        sdk, client = _sdk(self.vendor), self.client
+        user = [{"role": "user", "content": prompt}]
         try:
-            reply = self._request(client, system, prompt)
+            if self.vendor == "openai":
+                reply = client.chat.completions.create(
+                    messages=[{"role": "system", "content": system}, *user], **self._options()
+                )
+            else:
+                reply = client.messages.create(system=system, messages=user, **self._options())
         except sdk.APIError as exc:
             raise translate_error(exc, sdk, self.label, self.timeout) from exc
         return _non_empty(self._text(reply), self.label)
 
     def _options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"model": self.model}
-        if self.temperature is not None:
+        if self.temperature is not None and self.vendor == "openai":
             options["temperature"] = self.temperature
-        if self.max_tokens is not None:
-            options["max_tokens"] = self.max_tokens
+        if self.max_tokens is not None or self.vendor == "anthropic":
+            options["max_tokens"] = self.max_tokens or 1024
         return options
-
-    def _request(self, client: Any, system: str, prompt: str) -> Any:
-        raise NotImplementedError
-
-    def _text(self, reply: Any) -> Any:
-        raise NotImplementedError
-
-
-class OpenAIBackend(_SDKBackend):
-    """An OpenAI-compatible chat-completions endpoint, through the ``openai`` package."""
-
-    sdk_name, client_class = "openai", "OpenAI"
-
-    def _request(self, client: Any, system: str, prompt: str) -> Any:
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
-        return client.chat.completions.create(messages=messages, **self._options())
 
     def _text(self, reply: Any) -> Any:
         try:
-            return reply.choices[0].message.content
+            if self.vendor == "openai":
+                return reply.choices[0].message.content
+            return "".join(b.text for b in reply.content if getattr(b, "type", None) == "text")
         except (AttributeError, IndexError, KeyError, TypeError):
             raise SummarizerBadReply(
-                f"{self.label} replied without choices[0].message.content: {str(reply)[:300]!r}"
-            ) from None
-
-
-class AnthropicBackend(_SDKBackend):
-    """Anthropic's Messages API, through the ``anthropic`` package."""
-
-    sdk_name, client_class = "anthropic", "Anthropic"
-
-    def _options(self) -> dict[str, Any]:
-        options = super()._options()
-        options.pop("temperature", None)  # current Messages API models choose their own
-        options.setdefault("max_tokens", 1024)  # required by the Messages API
-        return options
-
-    def _request(self, client: Any, system: str, prompt: str) -> Any:
-        messages = [{"role": "user", "content": prompt}]
-        return client.messages.create(system=system, messages=messages, **self._options())
-
-    def _text(self, reply: Any) -> Any:
-        try:
-            return "".join(b.text for b in reply.content if getattr(b, "type", None) == "text")
-        except (AttributeError, TypeError):
-            raise SummarizerBadReply(
-                f"{self.label} replied without text content blocks: {str(reply)[:300]!r}"
+                f"{self.label} replied without a text answer: {str(reply)[:300]!r}"
             ) from None
 
 
 class AgentBackend:
-    """Any agent-squad ``Agent``: the prompt goes to ``agent.process_request``.
-
-    Args:
-        agent: the agent (its own system prompt and credentials apply; the
-            summarizer's instructions travel in the request text).
-        timeout: seconds to wait for the answer; None waits as long as the agent does.
-        user_id, session_id: passed to ``process_request``. The chat history
-            passed is empty, and nothing is saved to any storage.
-    """
+    """Any agent-squad ``Agent``: the prompt goes to ``agent.process_request``, with an
+    empty chat history and nothing saved to any storage (the agent's own system prompt
+    and credentials apply; the summarizer's instructions travel in the request text).
+    ``timeout`` None waits as long as the agent does."""
 
     def __init__(
         self,

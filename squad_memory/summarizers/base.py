@@ -1,19 +1,11 @@
 """What every shipped summarizer shares: the summary marker, the cut and the size cap.
 
 A summarizer gets the buffer ``[previous summary?, message, ...]`` and returns
-``[summary, *recent]``. :func:`split` decides what is folded into the new
-summary and what stays verbatim, so the offline and the LLM summarizer cut the
-same way:
-
-- the previous summary (a marked message at the head) is folded in, never
-  re-derived from raw history, so a compression costs the same at any age;
-- the last ``keep_last`` message pairs stay verbatim;
-- a tool-use block and its tool-result block stay on the same side of the cut
-  (the cut moves earlier, so the pair stays verbatim);
-- the summary is a ``user`` message, and the verbatim part starts with an
-  ``assistant`` message whenever the history allows it (the cut moves one
-  message earlier), so the buffer alternates user/assistant from its start, as
-  Bedrock's Converse and Anthropic's Messages APIs require.
+``[summary, *recent]``. :func:`split` cuts it alike for all: the previous summary is folded
+in (never re-derived from raw history), the last ``keep_last`` pairs stay verbatim, a tool
+use and its result stay on one side, and the verbatim part starts with an ``assistant``
+message whenever it can, so roles alternate from the summary on, as Bedrock's Converse and
+Anthropic's Messages APIs require.
 """
 
 from __future__ import annotations
@@ -24,43 +16,39 @@ from typing import Any
 
 from agent_squad.types import ConversationMessage
 
-from squad_memory.messages import role_value
+from squad_memory.conf import app_settings
+from squad_memory.rules import role_value
 
 SUMMARY_PREFIX = "[Summary]"
 """Every summary message's single text block starts with this (stable, documented)."""
 
 SUMMARY_ROLE = "user"
 TRUNCATION_NOTE = " [summary truncated to {limit} characters]"
-DEFAULT_MAX_CHARS = 4000
 
 _USE_KEYS = ("toolUse", "tool_use")
 _RESULT_KEYS = ("toolResult", "tool_result")
 
 
-def is_summary(message: Any) -> bool:
-    """True when ``message`` (a ``ConversationMessage`` or a dict) is a summary message.
+def max_summary_chars(wanted: int | None = None) -> int:
+    """The longest summary to write: ``wanted`` if smaller than ``MAX_SUMMARY_CHARS``, the
+    longest message a summarizer may write (a compression that writes more is refused)."""
+    return min(wanted or app_settings.max_summary_chars, app_settings.max_summary_chars)
 
-    A summary is a ``user`` message whose first content block is text starting
-    with :data:`SUMMARY_PREFIX`. The admin, the API and the next compression use it.
-    """
-    role, content = _role(message), _content(message)
-    if role != SUMMARY_ROLE or not content or not isinstance(content[0], dict):
+
+def is_summary(message: Any) -> bool:
+    """True when ``message`` (a ``ConversationMessage`` or a dict) is a summary message:
+    a ``user`` message whose first block is text starting with :data:`SUMMARY_PREFIX`."""
+    content = _content(message)
+    if role_of(message) != SUMMARY_ROLE or not content or not isinstance(content[0], dict):
         return False
     text = content[0].get("text")
     return isinstance(text, str) and text.startswith(SUMMARY_PREFIX)
 
 
-def summary_body(message: Any) -> str:
-    """The text of a summary message without its prefix."""
-    text = str(_content(message)[0].get("text", ""))
-    return text[len(SUMMARY_PREFIX) :].strip()
-
-
-def make_summary(body: str, max_chars: int = DEFAULT_MAX_CHARS) -> ConversationMessage:
-    """The marked summary message for ``body``, capped at ``max_chars`` characters in all."""
-    return ConversationMessage(
-        role=SUMMARY_ROLE, content=[{"text": cap(f"{SUMMARY_PREFIX} {body.strip()}", max_chars)}]
-    )
+def make_summary(body: str, max_chars: int | None = None) -> ConversationMessage:
+    """The marked summary message for ``body``, capped at :func:`max_summary_chars`."""
+    text = cap(f"{SUMMARY_PREFIX} {body.strip()}", max_summary_chars(max_chars))
+    return ConversationMessage(role=SUMMARY_ROLE, content=[{"text": text}])
 
 
 def cap(text: str, max_chars: int) -> str:
@@ -83,7 +71,7 @@ class Split:
 def split(history: list[Any], keep_last: int) -> Split:
     """Cut the buffer: fold the head into the summary, keep the tail verbatim (rules above)."""
     start = 1 if history and is_summary(history[0]) else 0
-    previous = summary_body(history[0]) if start else None
+    previous = _content(history[0])[0]["text"][len(SUMMARY_PREFIX) :].strip() if start else None
     cut = _cut(history, start, max(len(history) - keep_last * 2, start))
     return Split(previous, list(history[start:cut]), list(history[cut:]))
 
@@ -91,8 +79,8 @@ def split(history: list[Any], keep_last: int) -> Split:
 def _cut(history: list[Any], start: int, cut: int) -> int:
     cut = _keep_tool_pairs(history, start, cut)
     # Begin the verbatim part with an assistant message so roles alternate.
-    starts_with_user = cut == len(history) or _role(history[cut]) == SUMMARY_ROLE
-    if cut > start and starts_with_user and _role(history[cut - 1]) != SUMMARY_ROLE:
+    starts_with_user = cut == len(history) or role_of(history[cut]) == SUMMARY_ROLE
+    if cut > start and starts_with_user and role_of(history[cut - 1]) != SUMMARY_ROLE:
         cut = _keep_tool_pairs(history, start, cut - 1)
     return cut
 
@@ -108,9 +96,8 @@ def _splits_tool_pair(history: list[Any], cut: int) -> bool:
     if cut >= len(history):
         return False
     folded_uses = {i for m in history[:cut] for i in _ids(m, _USE_KEYS)}
-    for message in history[cut:]:
-        if folded_uses & set(_ids(message, _RESULT_KEYS)):
-            return True
+    if any(folded_uses & set(_ids(m, _RESULT_KEYS)) for m in history[cut:]):
+        return True
     # Blocks without ids: a result right after the cut answers the use right before it.
     return _has(history[cut], _RESULT_KEYS) and _has(history[cut - 1], _USE_KEYS)
 
@@ -137,7 +124,8 @@ def _ids(message: Any, keys: tuple[str, ...]) -> list[str]:
     return [i for i in found if i]
 
 
-def _role(message: Any) -> str:
+def role_of(message: Any) -> str:
+    """The plain role string of a message or dict."""
     role = message.get("role") if isinstance(message, dict) else getattr(message, "role", "")
     return role_value(role)
 
@@ -150,7 +138,7 @@ def _content(message: Any) -> list[Any]:
 
 def transcript(messages: list[Any], block_chars: int = 2000) -> str:
     """A plain-text rendering of messages for a prompt: ``role: text`` lines, tools shown."""
-    return "\n".join(f"{_role(m)}: {render(m, block_chars)}" for m in messages)
+    return "\n".join(f"{role_of(m)}: {render(m, block_chars)}" for m in messages)
 
 
 def render(message: Any, block_chars: int = 2000) -> str:
@@ -172,8 +160,3 @@ def _render_block(block: dict[str, Any], limit: int) -> str:
 def _short(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def role_of(message: Any) -> str:
-    """The plain role string of a message or dict."""
-    return _role(message)

@@ -1,14 +1,6 @@
-"""``LLMSummarizer``: an incremental summary written by a language model.
-
-Each compression sends the model the previous summary and only the messages
-being folded in, never the whole raw history, so its cost does not grow with
-the conversation's age. The cut (verbatim pairs, tool pairs, role layout) and
-the marker are shared with the offline summarizer (:mod:`.base`).
-
-``squad_memory.summarizers.llm.summarize`` is a ready-made summarizer built
-from ``SQUAD_MEMORY["LLM"]``; put its dotted path in ``SQUAD_MEMORY["SUMMARIZER"]``
-(it works in Celery mode too, since a worker imports it by that path).
-"""
+"""``LLMSummarizer``: an incremental summary written by a language model, sent only the previous
+summary and the messages being folded in (cut as :mod:`.base` cuts), so its cost does not grow with
+the conversation. :func:`summarize` is the one ``SQUAD_MEMORY["LLM"]`` describes."""
 
 from __future__ import annotations
 
@@ -17,19 +9,16 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from squad_memory.conf import app_settings
 from squad_memory.exceptions import ConfigurationError
-from squad_memory.summarizers.backends import (
-    AgentBackend,
-    AnthropicBackend,
-    Backend,
-    OpenAIBackend,
-)
-from squad_memory.summarizers.base import SUMMARY_PREFIX, make_summary, split, transcript
-from squad_memory.summarizers.prompts import (
-    DEFAULT_PROMPT,
-    DEFAULT_SYSTEM,
-    TOKEN_BUDGET,
-    check_template,
+from squad_memory.summarizers import prompts
+from squad_memory.summarizers.backends import AgentBackend, Backend, SDKBackend
+from squad_memory.summarizers.base import (
+    SUMMARY_PREFIX,
+    make_summary,
+    max_summary_chars,
+    split,
+    transcript,
 )
 
 __all__ = ["LLMSummarizer", "from_settings", "llm_settings", "summarize"]
@@ -40,19 +29,10 @@ _OWN = ("prompt", "system", "max_chars", "summary_tokens")
 
 
 class LLMSummarizer:
-    """A summarizer that asks a model to update the running summary.
-
-    Args:
-        backend: where the prompt goes (:class:`OpenAIBackend`, :class:`AnthropicBackend`,
-            :class:`AgentBackend` or any object with ``label`` and ``complete(system, prompt)``).
-        prompt: the prompt template, with ``{previous}``, ``{messages}`` and ``{max_chars}``.
-        system: the system prompt.
-        max_chars: the summary message's maximum length; a longer reply is cut and says so.
-            Defaults to ``SQUAD_MEMORY["MAX_SUMMARY_CHARS"]``.
-        block_chars: the longest text of one content block put in the prompt.
-        summary_tokens: a token budget for the summary: put in the prompt (the template's
-            ``{max_tokens}``, or a closing sentence) and sent as the request's ``max_tokens``.
-    """
+    """A summarizer that asks ``backend`` (:mod:`.backends`) to update the running summary:
+    ``prompt`` is a template (:mod:`.prompts`); a reply over ``max_chars`` (at most
+    ``MAX_SUMMARY_CHARS``) is cut and says so; ``block_chars`` caps one content block in the
+    prompt; ``summary_tokens`` is put in the prompt and sent as ``max_tokens``."""
 
     def __init__(
         self,
@@ -65,8 +45,8 @@ class LLMSummarizer:
         summary_tokens: int | None = None,
     ) -> None:
         self.backend = backend
-        self.prompt = check_template(prompt or DEFAULT_PROMPT)
-        self.system = system or DEFAULT_SYSTEM
+        self.prompt = prompts.check_template(prompt or prompts.DEFAULT_PROMPT)
+        self.system = system or prompts.DEFAULT_SYSTEM
         if max_chars is not None and max_chars < 100:
             raise ConfigurationError(f"max_chars must be at least 100, got {max_chars}.")
         self.max_chars, self.block_chars = max_chars, block_chars
@@ -78,19 +58,19 @@ class LLMSummarizer:
 
     @classmethod
     def openai(cls, model: str, **options: Any) -> LLMSummarizer:
-        """An OpenAI-compatible endpoint; ``options`` go to :class:`OpenAIBackend` or here."""
+        """An OpenAI-compatible endpoint; ``options`` go to :class:`.SDKBackend` or here."""
         own = {k: options.pop(k) for k in _OWN if k in options}
-        return cls(OpenAIBackend(model, **options), **own)
+        return cls(SDKBackend("openai", model, **options), **own)
 
     @classmethod
     def anthropic(cls, model: str, **options: Any) -> LLMSummarizer:
-        """Anthropic's Messages API; ``options`` go to :class:`AnthropicBackend` or here."""
+        """Anthropic's Messages API; ``options`` go to :class:`.SDKBackend` or here."""
         own = {k: options.pop(k) for k in _OWN if k in options}
-        return cls(AnthropicBackend(model, **options), **own)
+        return cls(SDKBackend("anthropic", model, **options), **own)
 
     @classmethod
     def agent(cls, agent: Any, **options: Any) -> LLMSummarizer:
-        """An agent-squad ``Agent``; ``options`` go to :class:`AgentBackend` or here."""
+        """An agent-squad ``Agent``; ``options`` go to :class:`.AgentBackend` or here."""
         own = {k: options.pop(k) for k in _OWN if k in options}
         return cls(AgentBackend(agent, **options), **own)
 
@@ -102,17 +82,9 @@ class LLMSummarizer:
         part = split(history, keep_last)
         if not part.fold:
             return list(history)
-        limit = self.limit
+        limit = max_summary_chars(self.max_chars)
         text = self.backend.complete(self.system, self.render(part.previous, part.fold, limit))
         return [make_summary(_strip_prefix(text), limit), *part.recent]
-
-    @property
-    def limit(self) -> int:
-        if self.max_chars is not None:
-            return self.max_chars
-        from squad_memory.conf import app_settings
-
-        return app_settings.max_summary_chars
 
     def render(self, previous: str | None, fold: list[Any], limit: int) -> str:
         """The prompt for one compression: the previous summary and the new messages only."""
@@ -123,7 +95,7 @@ class LLMSummarizer:
             max_tokens=self.summary_tokens or "",
         )
         if self.summary_tokens is not None and "{max_tokens}" not in self.prompt:
-            text += TOKEN_BUDGET.format(max_tokens=self.summary_tokens)
+            text += prompts.TOKEN_BUDGET.format(max_tokens=self.summary_tokens)
         return text
 
 
@@ -135,8 +107,6 @@ def _strip_prefix(text: str) -> str:
 
 def llm_settings() -> dict[str, Any]:
     """``SQUAD_MEMORY["LLM"]`` merged over its defaults."""
-    from squad_memory.conf import app_settings
-
     try:
         return app_settings.llm
     except ImproperlyConfigured as exc:
@@ -146,12 +116,12 @@ def llm_settings() -> dict[str, Any]:
 def from_settings(**overrides: Any) -> LLMSummarizer:
     """An :class:`LLMSummarizer` as ``SQUAD_MEMORY["LLM"]`` describes (keys upper-case)."""
     conf = {**llm_settings(), **{k.upper(): v for k, v in overrides.items()}}
-    backend_name = conf["BACKEND"]
-    if backend_name == "agent":
+    name = conf["BACKEND"]
+    if name == "agent":
         backend: Backend = AgentBackend(_agent(conf.get("AGENT")), timeout=conf["TIMEOUT"])
-    elif backend_name in ("openai", "anthropic"):
-        cls = OpenAIBackend if backend_name == "openai" else AnthropicBackend
-        backend = cls(
+    elif name in ("openai", "anthropic"):
+        backend = SDKBackend(
+            name,
             conf["MODEL"],
             base_url=conf["BASE_URL"],
             api_key=conf["API_KEY"],
@@ -163,11 +133,13 @@ def from_settings(**overrides: Any) -> LLMSummarizer:
     else:
         raise ConfigurationError(
             f"SQUAD_MEMORY['LLM']['BACKEND'] must be 'openai', 'anthropic' or 'agent'; "
-            f"got {backend_name!r}."
+            f"got {name!r}."
         )
-    summary_tokens = conf.get("SUMMARY_TOKENS")
     return LLMSummarizer(
-        backend, prompt=conf["PROMPT"], system=conf.get("SYSTEM"), summary_tokens=summary_tokens
+        backend,
+        prompt=conf["PROMPT"],
+        system=conf.get("SYSTEM"),
+        summary_tokens=conf.get("SUMMARY_TOKENS"),
     )
 
 

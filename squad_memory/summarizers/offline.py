@@ -1,16 +1,6 @@
-"""An offline summarizer: no network, no model, deterministic and extractive.
-
-It keeps the first sentence of each folded message, oldest first, under a
-header that says what it is::
-
-    [Summary] (extractive, offline) Covers 38 messages; first sentence of each, oldest first:
-    - user: I want to plan a trip to Lisbon in May.
-    - assistant: May is a good month for Lisbon.
-    ...
-
-It is incremental like the LLM summarizer: the previous summary's lines are
-kept and the new messages' lines appended; when the text would pass the size
-cap, the oldest lines are dropped and the header says how many.
+"""An offline summarizer: no network, no model, deterministic and extractive. The first
+sentence of each folded message, oldest first, appended to the previous summary's lines;
+past the size cap the oldest lines are dropped, and the header says what it is and how many.
 """
 
 from __future__ import annotations
@@ -18,7 +8,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from squad_memory.summarizers.base import SUMMARY_PREFIX, make_summary, render, role_of, split
+from squad_memory.summarizers.base import (
+    SUMMARY_PREFIX,
+    make_summary,
+    max_summary_chars,
+    render,
+    role_of,
+    split,
+)
 
 __all__ = ["OfflineSummarizer", "summarize"]
 
@@ -30,13 +27,8 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s")
 
 
 class OfflineSummarizer:
-    """The offline summarizer, configurable.
-
-    Args:
-        max_chars: the summary message's maximum length in characters; defaults to
-            ``SQUAD_MEMORY["MAX_SUMMARY_CHARS"]``.
-        line_chars: the maximum length of one extracted line.
-    """
+    """The offline summarizer: summaries of at most ``max_chars`` characters (at most
+    ``MAX_SUMMARY_CHARS``), lines of at most ``line_chars``."""
 
     def __init__(self, max_chars: int | None = None, line_chars: int = 160) -> None:
         self.max_chars = max_chars
@@ -48,7 +40,7 @@ class OfflineSummarizer:
             return list(history)
         count, dropped, lines = _parse_previous(part.previous)
         lines += [self._line(m) for m in part.fold]
-        limit = self.max_chars or _setting_max_chars()
+        limit = max_summary_chars(self.max_chars)
         body = _fit(count + len(part.fold), dropped, lines, limit)
         return [make_summary(body, limit), *part.recent]
 
@@ -58,12 +50,6 @@ class OfflineSummarizer:
         if len(first) > self.line_chars:
             first = first[: self.line_chars - 1] + "…"
         return f"- {role_of(message)}: {first}"
-
-
-def _setting_max_chars() -> int:
-    from squad_memory.conf import app_settings
-
-    return app_settings.max_summary_chars
 
 
 def _parse_previous(previous: str | None) -> tuple[int, int, list[str]]:

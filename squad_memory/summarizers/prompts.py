@@ -1,10 +1,7 @@
-"""The prompts of :class:`~squad_memory.summarizers.llm.LLMSummarizer`.
-
-A prompt template is a ``str.format`` string with these fields: ``{previous}``
-(the previous summary's text, or "(none yet)"), ``{messages}`` (only the
-messages being folded in, one ``role: text`` line each, tool calls and results
-in brackets), ``{max_chars}`` (the length the reply must stay under) and, optionally,
-``{max_tokens}`` (the summary's token budget, ``SUMMARY_TOKENS``; empty when unset).
+"""The prompts of :class:`~squad_memory.summarizers.llm.LLMSummarizer`. A template is a
+``str.format`` string with ``{previous}`` (the previous summary, or "(none yet)"),
+``{messages}`` (only those being folded in, one ``role: text`` line each, tools in brackets),
+``{max_chars}`` (the reply's limit) and optionally ``{max_tokens}`` (``SUMMARY_TOKENS``).
 """
 
 from __future__ import annotations

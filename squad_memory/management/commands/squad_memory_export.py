@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from squad_memory import transfer
 from squad_memory.models import DJANGO_NAMESPACE
+from squad_memory.operations import transfer
 
 
 class Command(BaseCommand):
@@ -34,4 +36,11 @@ class Command(BaseCommand):
                 count = transfer.export(out, **filters)
             self.stderr.write(f"Exported {count} messages to {options['output']}.")
         else:
-            transfer.export(self.stdout, **filters)
+            try:
+                transfer.export(self.stdout, **filters)
+                self.stdout.flush()
+            except BrokenPipeError:
+                # The reader stopped early (``| head``): end quietly, like cat, and keep
+                # Python from failing once more as it flushes stdout on the way out.
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                sys.exit(1)

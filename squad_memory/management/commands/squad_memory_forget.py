@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from squad_memory.forgetting import BATCH_SIZE, ForgetReport, forget
+from squad_memory.operations.forgetting import BATCH_SIZE, ForgetReport, forget
 
 
 class Command(BaseCommand):
@@ -39,12 +39,9 @@ class Command(BaseCommand):
             dry_run=options["dry_run"],
             batch_size=options["batch_size"],
             actor=f"command squad_memory_forget (os user {_os_user()})",
-            progress=self._progress,
+            progress=lambda r: self.stderr.write(progress_line(r)),
         )
         write_counts(self, report)
-
-    def _progress(self, report: ForgetReport) -> None:
-        self.stderr.write(progress_line(report))
 
 
 def _os_user() -> str:
@@ -61,7 +58,6 @@ def progress_line(report: ForgetReport) -> str:
 
 def write_counts(command: BaseCommand, report: ForgetReport) -> None:
     """Print the per-table counts of a deletion (the last lines of the output)."""
-    heading = "Would delete (dry run):" if report.dry_run else "Deleted:"
-    command.stdout.write(heading)
+    command.stdout.write("Would delete (dry run):" if report.dry_run else "Deleted:")
     for table, count in report.tables().items():
         command.stdout.write(f"  {table}: {count}")

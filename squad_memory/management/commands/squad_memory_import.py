@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from squad_memory import transfer
 from squad_memory.exceptions import ImportFileError
+from squad_memory.operations import transfer
 
 
 class Command(BaseCommand):

@@ -5,18 +5,18 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from squad_memory.conf import app_settings
-from squad_memory.forgetting import purge_idle
+from squad_memory.exceptions import ConfigurationError
 from squad_memory.management.commands.squad_memory_forget import progress_line, write_counts
+from squad_memory.operations.forgetting import purge
 
 
 class Command(BaseCommand):
     help = (
         "Delete the slots idle for longer than SQUAD_MEMORY['RETAIN_DAYS'] days, with their "
-        "raw messages, summaries and compression log, in batches. Does nothing when "
-        "RETAIN_DAYS is unset (keep forever)."
+        "raw messages, summaries, compression log and stored Idempotency-Key answers, in "
+        "batches. Does nothing when RETAIN_DAYS is unset (keep forever)."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -25,14 +25,15 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        days = app_settings.retain_days
-        if days is None:
+        try:
+            report = purge(
+                dry_run=options["dry_run"],
+                actor="command squad_memory_purge",
+                progress=lambda r: self.stderr.write(progress_line(r)),
+            )
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from None
+        if report is None:
             self.stdout.write("RETAIN_DAYS is not set: every conversation is kept.")
             return
-        report = purge_idle(
-            days,
-            dry_run=options["dry_run"],
-            actor="command squad_memory_purge",
-            progress=lambda r: self.stderr.write(progress_line(r)),
-        )
         write_counts(self, report)

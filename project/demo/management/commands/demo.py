@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -12,6 +16,33 @@ from django.db import connection
 
 from project.demo import play
 from squad_memory.conf import app_settings
+
+#: The demo settings read these variables: a command printed for a new shell carries the
+#: ones set here, so it works on the same database, broker and summarizer.
+SETUP_PREFIXES = ("DATABASE_", "SQUAD_MEMORY_", "CELERY_")
+SECRET_WORDS = ("KEY", "SECRET", "PASSWORD", "TOKEN")
+WORKER = ("-m", "celery", "-A", "project", "worker", "-l", "info")
+
+
+def shell_command(*args: str) -> str:
+    """This interpreter running ``args``, as a line that works pasted into a new shell in
+    this directory: a new shell's ``python`` may not have Django, nor this setup's variables
+    (a secret one is printed as ``NAME="$NAME"``, to export there)."""
+    names = sorted(n for n in os.environ if n.startswith(SETUP_PREFIXES))
+    setup = [
+        f'{n}="${n}"' if any(w in n for w in SECRET_WORDS) else f"{n}={shlex.quote(os.environ[n])}"
+        for n in names
+    ]
+    return " ".join([*setup, shlex.join([_here(Path(sys.executable)), *args])])
+
+
+def manage_command(*args: str) -> str:
+    """``manage.py args``, as :func:`shell_command` prints it."""
+    return shell_command(_here(Path(settings.BASE_DIR) / "manage.py"), *args)
+
+
+def _here(path: Path) -> str:
+    return os.path.relpath(path) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 class Command(BaseCommand):
@@ -48,19 +79,22 @@ class Command(BaseCommand):
         db = settings.DATABASES["default"]
         name = db["NAME"] if connection.vendor == "sqlite" else f"{db.get('HOST')}/{db['NAME']}"
         self.stdout.write(f"Database: {connection.vendor} ({name})")
-        self.stdout.write(f"Mode: {app_settings.mode}; summarizer: {app_settings.summarizer_path}")
+        self.stdout.write(
+            f"Mode: {app_settings.mode}; summarizer: {app_settings.raw('SUMMARIZER')}"
+        )
         if app_settings.mode == "celery":
             self.stdout.write(
                 f"Celery broker: {getattr(settings, 'CELERY_BROKER_URL', '?')}. Compressions run "
-                f"in a worker: start one with `celery -A project worker -l info`."
+                f"in a worker: start one with `{shell_command(*WORKER)}`."
             )
 
     def _admin(self, username: str, reset: bool) -> None:
         status, password = play.ensure_admin(username, reset)
         if status == "exists":
+            command = manage_command("demo", "--reset-password", "--no-serve")
             self.stdout.write(
                 f"Admin user {username!r} already exists; its password is unchanged. "
-                f"Run `python manage.py demo --reset-password` to get a new one."
+                f"Run `{command}` to get a new one."
             )
             return
         verb = "Created admin user" if status == "created" else "New password for"
@@ -101,5 +135,5 @@ class Command(BaseCommand):
             f"  Slots:     {base}/admin/squad_memory/slot/\n"
             f"  API:       {base}/api/slots/  (log in to the admin first, or use a token)\n"
             f"  API docs:  {base}/api/docs/\n"
-            f"  Export:    python manage.py squad_memory_export --session {session}\n"
+            f"  Export:    {manage_command('squad_memory_export', '--session', session)}\n"
         )

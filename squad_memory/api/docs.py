@@ -1,0 +1,137 @@
+"""The API's documentation: the OpenAPI pieces the views share, and the pages ``schema/``,
+``docs/`` (Swagger UI) and ``redoc/`` (ReDoc), versioned ``squad_memory.__version__``, served
+from local files when ``drf_spectacular_sidecar`` is installed (asking no other host). They
+need ``REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "drf_spectacular.openapi.AutoSchema"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from drf_spectacular.settings import patched_settings
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+import squad_memory
+from squad_memory.api.serializers import (
+    ID_SCHEMA,
+    ErrorSerializer,
+    PostResultSerializer,
+    SummarizerErrorSerializer,
+    UnavailableSerializer,
+)
+from squad_memory.operations.idempotency import MAX_KEY_LENGTH
+
+SLOT_ID = OpenApiParameter(
+    "id", {"type": "integer", "minimum": 1}, OpenApiParameter.PATH, description="The slot's id."
+)
+SESSION_ID = OpenApiParameter(
+    "session_id", ID_SCHEMA, OpenApiParameter.PATH, description="The session id (%2F for a slash)."
+)
+#: Printable ASCII, as HTTP header values are (a UUID is a good key).
+KEY_PATTERN = f"^[\\x20-\\x7e]{{1,{MAX_KEY_LENGTH}}}$"
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH, "pattern": KEY_PATTERN},
+    OpenApiParameter.HEADER,
+    description="Optional. A retry with the same key and body returns the first answer and "
+    "stores nothing; the same key with another body is a 422. Use a new UUID per request.",
+)
+
+
+def _error(description: str, serializer: Any = ErrorSerializer) -> OpenApiResponse:
+    return OpenApiResponse(serializer, description=description)
+
+
+ERRORS = {
+    400: _error(
+        "Invalid input: each bad field (or non_field_errors) with its errors; malformed JSON "
+        'gives {"detail": ...}.',
+        OpenApiTypes.OBJECT,
+    ),
+    401: _error("Not authenticated."),
+    403: _error("Authenticated, but without the permission it names."),
+    404: _error("No such slot, not one of yours, or an invalid cursor."),
+    413: _error("The request body is too large."),
+    415: _error("The body is not application/json."),
+    422: _error("The Idempotency-Key was used for a different request."),
+    429: _error("Too many requests; retry after Retry-After seconds."),
+    502: _error(
+        "The summarizer failed; anything the request stored stays stored. Its error is shown "
+        "to staff with view_compression; error_id names its log row.",
+        SummarizerErrorSerializer,
+    ),
+    503: _error(
+        "The database or the broker did not answer, or a search ran out of time; nothing "
+        "was changed: retry after Retry-After seconds.",
+        UnavailableSerializer,
+    ),
+}
+
+
+#: The answer to a single message skipped by the role rule.
+SKIPPED = OpenApiResponse(
+    PostResultSerializer, description="Nothing stored: the message repeated the last role."
+)
+
+
+def responses(success: dict[int, Any], *codes: int) -> dict[int, Any]:
+    """``success`` plus the errors ``codes`` and those of any request: 401, 403 (no
+    permission, or no identity), 429 and 503 (throttled, or a database outage)."""
+    if 400 in codes and 413 in codes:
+        codes += (415,)
+    return {**success, **{code: ERRORS[code] for code in (*codes, 401, 403, 429, 503)}}
+
+
+def docs_settings() -> dict[str, Any]:
+    """``SPECTACULAR_SETTINGS`` for the docs pages: this version, local files when the
+    sidecar is installed, and a title unless the project set one."""
+    patches: dict[str, Any] = {"VERSION": squad_memory.__version__}
+    configured = getattr(settings, "SPECTACULAR_SETTINGS", {})
+    if "TITLE" not in configured:
+        patches["TITLE"] = "squad_memory API"
+        patches["DESCRIPTION"] = "Conversations of agent-squad apps: slots, raw messages, buffers."
+    if apps.is_installed("drf_spectacular_sidecar"):
+        patches.update(SWAGGER_UI_DIST="SIDECAR", SWAGGER_UI_FAVICON_HREF="SIDECAR")
+        patches.update(REDOC_DIST="SIDECAR")
+    return patches
+
+
+class _Documented:
+    """A docs view served with :func:`docs_settings` (and its own ``extra_headers``); public,
+    so it checks no credentials (a wrong token is no answer to learn from)."""
+
+    authentication_classes: Sequence[type[BaseAuthentication]] = []
+    patches: dict[str, Any] = {}
+    extra_headers: dict[str, str] = {}
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        with patched_settings({**self.patches, **docs_settings()}):
+            response: Response = super().get(request, *args, **kwargs)  # type: ignore[misc]
+        for name, value in self.extra_headers.items():
+            response[name] = value
+        return response
+
+
+class SchemaView(_Documented, SpectacularAPIView):
+    patches = {"COMPONENT_SPLIT_REQUEST": True}
+
+
+class SwaggerView(_Documented, SpectacularSwaggerView):
+    pass
+
+
+class RedocView(_Documented, SpectacularRedocView):
+    """ReDoc without its web fonts (a template of ours) or its footer's logo (which no
+    option hides: the page's Content-Security-Policy lets images come from here only)."""
+
+    template_name = "squad_memory/api/redoc.html"
+    extra_headers = {"Content-Security-Policy": "img-src 'self' data:"}

@@ -1,0 +1,49 @@
+"""The sweep's compression half: dispatch again what was left over the threshold (a claim
+whose process died, a publish that failed, a slot over it with nothing pending)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from django.db.models import QuerySet
+
+from squad_memory.compression.claims import activate, claim
+from squad_memory.compression.dispatch import Dispatcher
+from squad_memory.models import Slot
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did: slots compressed or enqueued, and inactive slots it activated."""
+
+    enqueued: int = 0
+    activated: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def redispatch(
+    dispatcher: Dispatcher, *, activate_inactive: bool = False, limit: int | None = None
+) -> SweepReport:
+    """Claim and dispatch every active slot over its threshold with no live claim
+    (``activate_inactive``: and activate the inactive ``DjangoChatStorage`` slots over it)."""
+    limits, lease = dispatcher.policy.limits, dispatcher.claim_lease_seconds
+    report = SweepReport()
+    slots = Slot.objects.using(Slot.objects.write_db())
+    for slot_id in _ids(slots.over_threshold(limits).claim_free(), limit):
+        if (claimed := claim(slot_id, limits, lease_seconds=lease)) is not None:
+            dispatcher.dispatch(claimed, trigger="sweep")
+            report.enqueued += 1
+    if activate_inactive:
+        for slot_id in _ids(slots.inactive_over_threshold(limits), limit):
+            _, claimed = activate(slot_id, limits, lease_seconds=lease)
+            if claimed is not None:
+                dispatcher.dispatch(claimed, trigger="sweep")
+                report.activated += 1
+    return report
+
+
+def _ids(slots: QuerySet[Slot], limit: int | None) -> list[int]:
+    ids = slots.order_by("pk").values_list("pk", flat=True)
+    return list(ids[:limit] if limit else ids)

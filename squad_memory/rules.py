@@ -1,0 +1,208 @@
+"""The rules every path shares, each stated once: roles, trimming, the trigger, token counts, ids
+and message sizes. The one SQL save of :mod:`squad_memory.models.append` states the role rule and
+the trim again; a property test holds the two to the same decisions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Iterable, Mapping
+from enum import Enum
+from typing import Any
+
+from squad_memory.conf import SETTING_NAME, app_settings
+from squad_memory.exceptions import InvalidSlotKey
+
+logger = logging.getLogger("squad_memory")
+
+ROLES = ("user", "assistant")
+
+
+# -- roles and trimming -----------------------------------------------------------------
+def role_value(role: Any) -> str:
+    """The plain string of a role (agent-squad passes both enum members and strings)."""
+    return str(role.value) if isinstance(role, Enum) else str(role)
+
+
+def is_same_role(last_role: str, new_role: str) -> bool:
+    """The role rule of ``save_chat_message``: a message repeating the last role is skipped."""
+    return bool(last_role) and last_role == new_role
+
+
+def trim_size(max_history_size: int | None) -> int:
+    """Messages kept by agent-squad's ``trim_conversation``; 0 keeps everything (None, 0, 1)."""
+    return 0 if max_history_size is None else max(max_history_size - max_history_size % 2, 0)
+
+
+def trim(messages: list[Any], max_history_size: int | None) -> list[Any]:
+    keep = trim_size(max_history_size)
+    return messages[-keep:] if keep else messages
+
+
+# -- the trigger ------------------------------------------------------------------------
+def needs_compression(
+    buffer_length: int,
+    trigger_at: int,
+    buffer_tokens: int = 0,
+    trigger_tokens: int | None = None,
+    summary_tokens: int = 0,
+    new_messages: int = 0,
+    keep_last: int = 0,
+) -> bool:
+    """The trigger rule (``SlotQuerySet.over_threshold`` states it as a query): a buffer longer
+    than ``trigger_at`` pairs is compressed; so is one over ``trigger_tokens`` tokens (when set)
+    whose messages after the summary prefix make at least half of that, or number ``keep_last``
+    pairs (at least one). A prefix that alone fills the budget (a long summary, or a huge message
+    it kept verbatim) is folded again once those pairs have left the window, never on every save."""
+    new_tokens = buffer_tokens - summary_tokens
+    over_tokens = (
+        trigger_tokens is not None
+        and buffer_tokens > trigger_tokens
+        and (2 * new_tokens > trigger_tokens or new_messages >= 2 * max(keep_last, 1))
+    )
+    return buffer_length > trigger_at * 2 or over_tokens
+
+
+# -- token counts -----------------------------------------------------------------------
+#: Bytes of UTF-8 text per token in :func:`estimate_tokens` (about right for English prose).
+BYTES_PER_TOKEN = 4
+#: What :func:`estimate_tokens` charges for each block that is not text (an image, a tool call).
+NON_TEXT_BLOCK_TOKENS = 64
+#: The largest count a message row holds (``Message.tokens`` is a 32-bit integer).
+MAX_TOKENS = 2**31 - 1
+
+
+def estimate_tokens(message: Mapping[str, Any]) -> int:
+    """The default ``TOKEN_COUNTER``: UTF-8 bytes of the text blocks / 4 (rounded up), plus
+    a fixed cost per other block. Offline, no tokenizer."""
+    text_bytes, other = 0, 0
+    for block in message.get("content") or []:
+        text = block.get("text") if isinstance(block, dict) else None
+        if isinstance(text, str):
+            text_bytes += len(text.encode("utf-8", "surrogatepass"))
+        else:
+            other += 1
+    return math.ceil(text_bytes / BYTES_PER_TOKEN) + other * NON_TEXT_BLOCK_TOKENS
+
+
+def count_tokens(message: Mapping[str, Any]) -> int:
+    """The tokens of one message by ``TOKEN_COUNTER``, counted once at save and kept between
+    0 and :data:`MAX_TOKENS`. A counter that fails (it raises, or returns no int) is logged
+    and the estimate is stored instead: a raw message is never lost to a plug-in."""
+    try:
+        value = app_settings.import_callable("TOKEN_COUNTER")(message)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"it returned {type(value).__name__}, not int")
+    except Exception as exc:
+        logger.error(
+            "%s['TOKEN_COUNTER'] failed (%s: %s); the message is stored with the estimate.",
+            SETTING_NAME,
+            type(exc).__name__,
+            exc,
+        )
+        value = estimate_tokens(message)
+    return min(max(value, 0), MAX_TOKENS)
+
+
+def count_all(messages: Iterable[Mapping[str, Any]]) -> int:
+    """The tokens of several messages."""
+    return sum(count_tokens(m) for m in messages)
+
+
+# -- ids --------------------------------------------------------------------------------
+#: C0 and C1 control characters, DEL, and lone surrogates: never allowed in an id.
+_CONTROL = "\x00-\x1f\x7f-\x9f\ud800-\udfff"
+#: Unicode's default-ignorable code points (invisible: soft hyphen, zero-width and bidi
+#: controls, variation selectors, tag characters, fillers) and every separator but the
+#: ASCII space (no-break spaces, line and paragraph separators): characters that make one
+#: id display as another. Refused unless ``ALLOW_INVISIBLE_IDS``.
+_INVISIBLE_BMP = (
+    "\u00a0\u00ad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5\u180b-\u180f\u2000-\u200f"
+    "\u2028-\u202f\u205f-\u206f\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+)
+_INVISIBLE = _INVISIBLE_BMP + "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+CONTROL_CHARS = re.compile(f"[{_CONTROL}]")
+INVISIBLE_CHARS = re.compile(f"[{_INVISIBLE}]")
+_HIDDEN = re.compile(f"[{_CONTROL}{_INVISIBLE}]")
+#: Both classes as the OpenAPI pattern of an id (the default, strict rule; the characters
+#: beyond the Basic Multilingual Plane are checked by the server only).
+_ESCAPED = "".join(c if c == "-" else f"\\u{ord(c):04x}" for c in _CONTROL + _INVISIBLE_BMP)
+ID_PATTERN = f"^[^{_ESCAPED}]+$"
+
+
+def id_problem(value: Any, max_length: int | None = None) -> str | None:
+    """Why ``value`` is not a valid ``user_id``, ``session_id`` or ``agent_id``, or None: an
+    id is a non-empty string of at most ``MAX_ID_LENGTH`` characters with no control
+    character, no lone surrogate and, unless ``ALLOW_INVISIBLE_IDS``, no invisible,
+    bidirectional-control or non-ASCII space character (they make
+    ``ticket-\\u202e4321-gnp.exe`` display as ``ticket-exe.png-1234``)."""
+    limit = app_settings.max_id_length if max_length is None else max_length
+    if not isinstance(value, str) or not value:
+        return f"must be a non-empty string, got {value!r}"
+    if len(value) > limit:
+        return f"is {len(value)} characters long; the limit is {limit}"
+    if CONTROL_CHARS.search(value):
+        return "must not contain control characters (NUL, tab, newline...) or lone surrogates"
+    found = INVISIBLE_CHARS.search(value)
+    if found and not app_settings.allow_invisible_ids:
+        return (
+            f"must not contain zero-width, invisible or bidirectional-control characters or "
+            f"non-ASCII spaces (found U+{ord(found.group()):04X}); set "
+            f"{SETTING_NAME}['ALLOW_INVISIBLE_IDS'] = True to allow them"
+        )
+    return None
+
+
+def validate_key(user_id: Any, session_id: Any, agent_id: Any) -> tuple[str, str, str]:
+    """The slot key, or :class:`InvalidSlotKey` naming the id that breaks the id rule."""
+    for name, value in (("user_id", user_id), ("session_id", session_id), ("agent_id", agent_id)):
+        if (problem := id_problem(value)) is not None:
+            raise InvalidSlotKey(f"{name} {problem}.")
+    return (user_id, session_id, agent_id)
+
+
+def visible(value: str) -> str:
+    """``value`` with control and invisible characters written as ``<U+202E>`` escapes."""
+    return _HIDDEN.sub(lambda m: f"<U+{ord(m.group()):04X}>", value)
+
+
+# -- retention ---------------------------------------------------------------------------
+#: The most days ``RETAIN_DAYS`` may keep (a date further back is before year 1).
+MAX_RETAIN_DAYS = 36525
+
+
+def retain_days_problem(days: Any) -> str | None:
+    """Why ``RETAIN_DAYS`` cannot be applied, or None (None keeps every conversation)."""
+    number = isinstance(days, int | float) and not isinstance(days, bool)
+    if days is None or (number and 0 < days <= MAX_RETAIN_DAYS):
+        return None
+    return (
+        f"{SETTING_NAME}['RETAIN_DAYS'] must be None (keep forever) or a number of days above "
+        f"0 and at most {MAX_RETAIN_DAYS}, not {days!r}."
+    )
+
+
+# -- sizes ------------------------------------------------------------------------------
+def json_size(value: Any) -> int:
+    """The size of ``value`` as compact JSON (no spaces, no ASCII escapes), in UTF-8 bytes."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def size_problem(message: Mapping[str, Any]) -> str | None:
+    """Why a message is too large to store, or None: ``MAX_MESSAGE_BYTES`` limits its role,
+    content and citations as compact UTF-8 JSON (as the API, the importer and the storage do)."""
+    measured = {"role": message.get("role"), "content": message.get("content")}
+    if message.get("citations") is not None:
+        measured["citations"] = message["citations"]
+    size = json_size(measured)
+    limit = app_settings.max_message_bytes
+    if size > limit:
+        return (
+            f"The message is {size} bytes of compact JSON; the limit is {limit} "
+            f"({SETTING_NAME}['MAX_MESSAGE_BYTES'])."
+        )
+    return None

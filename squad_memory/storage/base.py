@@ -1,0 +1,138 @@
+"""The agent-squad storage contract over a :class:`~squad_memory.storage.memory.Memory`, and
+``DjangoChatStorage``: that contract on squad_memory's own tables. Every statement goes
+through Django's connections (routers, ``ATOMIC_REQUESTS``, execute wrappers and health
+checks apply), from the async methods in one ``sync_to_async`` hop (thread-sensitive).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_squad.storage import ChatStorage
+from agent_squad.types import ConversationMessage
+from asgiref.sync import sync_to_async
+
+from squad_memory.messages import to_messages
+from squad_memory.rules import trim, validate_key
+from squad_memory.storage.memory import Journal, Memory, Saved
+
+
+class ChatStorageBase(ChatStorage):  # type: ignore[misc]
+    """The four async ChatStorage methods, each one hop to its ``*_sync`` twin (as Django's
+    ``aget`` is to ``get``)."""
+
+    memory: Memory
+
+    async def save_chat_message(
+        self,
+        user_id: str,
+        session_id: str,
+        agent_id: str,
+        new_message: ConversationMessage,
+        max_history_size: int | None = None,
+    ) -> list[ConversationMessage]:
+        """:meth:`save_chat_message_sync`, from async code."""
+        return await sync_to_async(self.save_chat_message_sync)(
+            user_id, session_id, agent_id, new_message, max_history_size
+        )
+
+    async def save_chat_messages(
+        self,
+        user_id: str,
+        session_id: str,
+        agent_id: str,
+        new_messages: list[ConversationMessage],
+        max_history_size: int | None = None,
+    ) -> list[ConversationMessage]:
+        """:meth:`save_chat_messages_sync`, from async code."""
+        return await sync_to_async(self.save_chat_messages_sync)(
+            user_id, session_id, agent_id, new_messages, max_history_size
+        )
+
+    async def fetch_chat(
+        self, user_id: str, session_id: str, agent_id: str, max_history_size: int | None = None
+    ) -> list[ConversationMessage]:
+        """:meth:`fetch_chat_sync`, from async code."""
+        return await sync_to_async(self.fetch_chat_sync)(
+            user_id, session_id, agent_id, max_history_size
+        )
+
+    async def fetch_all_chats(self, user_id: str, session_id: str) -> list[ConversationMessage]:
+        """:meth:`fetch_all_chats_sync`, from async code."""
+        return await sync_to_async(self.fetch_all_chats_sync)(user_id, session_id)
+
+    def save_chat_message_sync(
+        self,
+        user_id: str,
+        session_id: str,
+        agent_id: str,
+        new_message: ConversationMessage,
+        max_history_size: int | None = None,
+    ) -> list[ConversationMessage]:
+        """Store a message unless it repeats the last role; return the conversation."""
+        key = validate_key(user_id, session_id, agent_id)
+        saved = self.memory.save(
+            key, [new_message], check_role=True, max_history_size=max_history_size
+        )
+        return to_messages(self.memory.answer(saved, key))
+
+    def save_chat_messages_sync(
+        self,
+        user_id: str,
+        session_id: str,
+        agent_id: str,
+        new_messages: list[ConversationMessage],
+        max_history_size: int | None = None,
+    ) -> list[ConversationMessage]:
+        """Store messages as given (no role rule, as agent-squad); return the conversation."""
+        saved = self.save_messages_detailed(
+            user_id,
+            session_id,
+            agent_id,
+            list(new_messages or []),
+            check_role=False,
+            max_history_size=max_history_size,
+        )
+        return to_messages(self.memory.answer(saved, saved.slot.key))
+
+    def save_messages_detailed(
+        self,
+        user_id: str,
+        session_id: str,
+        agent_id: str,
+        new_messages: list[Any],
+        *,
+        check_role: bool,
+        max_history_size: int | None = None,
+    ) -> Saved:
+        """Store messages as ``save_chat_message`` (``check_role=True``: one message, the role
+        rule) or ``save_chat_messages`` does, and say what was stored (the API's path)."""
+        key = validate_key(user_id, session_id, agent_id)
+        return self.memory.save(
+            key, new_messages, check_role=check_role, max_history_size=max_history_size
+        )
+
+    def fetch_chat_sync(
+        self, user_id: str, session_id: str, agent_id: str, max_history_size: int | None = None
+    ) -> list[ConversationMessage]:
+        key = validate_key(user_id, session_id, agent_id)
+        return trim(to_messages(self.memory.fetch(key)), max_history_size)
+
+    def fetch_all_chats_sync(self, user_id: str, session_id: str) -> list[ConversationMessage]:
+        """Every agent's messages of a session by time; assistant text gets ``[agent_id]``."""
+        validate_key(user_id, session_id, "-")
+        return self.memory.journal.fetch_all(user_id, session_id)
+
+
+class DjangoChatStorage(ChatStorageBase):
+    """A ``ChatStorage`` on the Django ORM, behaving like agent-squad's ``InMemoryChatStorage``
+    but for one deliberate difference: messages trimmed by ``max_history_size`` vanish from
+    ``fetch_chat`` and ``fetch_all_chats`` but stay in the database, marked as trimmed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memory = Memory(Journal())
+
+    @property
+    def namespace(self) -> str:
+        return self.memory.namespace

@@ -1,0 +1,287 @@
+"""``Memory``: the one synchronous service behind both storage classes and every edge.
+
+A :class:`Memory` is a :class:`Journal` (where the raw history lives: squad_memory's
+own rows, or an agent-squad store beside them) and, for a summarizing storage, a
+:class:`~squad_memory.compression.Policy`. The API, the admin, the management
+commands and the sweep save, fetch, compress and reset through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agent_squad.types import ConversationMessage
+from asgiref.sync import async_to_sync
+
+from squad_memory.compression import Claim, Policy, Result, activate, claim, due, get_dispatcher
+from squad_memory.exceptions import SummarizerError
+from squad_memory.messages import MessageDict, block_text, to_dicts, to_messages
+from squad_memory.models import (
+    DJANGO_NAMESPACE,
+    Appended,
+    Message,
+    Outcome,
+    Slot,
+    SlotKey,
+    SlotQuerySet,
+)
+from squad_memory.rules import count_all, needs_compression
+
+Rows = Sequence[Mapping[str, Any]]
+View = Literal["buffer", "visible"]
+
+
+def _slots() -> SlotQuerySet:
+    """Slots on the database every read a write depends on uses (never a replica)."""
+    return Slot.objects.using(Slot.objects.write_db())
+
+
+class Journal:
+    """The raw history is squad_memory's own rows (``DjangoChatStorage``)."""
+
+    namespace = DJANGO_NAMESPACE
+    #: Rows are stored for every message (a foreign store's slot: only while active).
+    rows_while_inactive = True
+
+    def save(self, key: SlotKey, messages: list[Any], single: bool, size: int | None) -> Any:
+        """Hand the raw messages to the store that keeps the history; its answer."""
+        return None
+
+    def seed(self, key: SlotKey) -> list[MessageDict] | None:
+        """The history a new buffer starts from: None means the slot's own rows."""
+        return None
+
+    def fetch_all(self, user_id: str, session_id: str) -> list[ConversationMessage]:
+        """Every agent's visible messages of a session by time (stable); an assistant
+        message's content becomes one block ``[agent_id] <its first block>``."""
+        rows = Message.objects.using(Slot.objects.write_db()).filter(
+            slot__namespace=self.namespace, slot__user_id=user_id, slot__session_id=session_id
+        )
+        ordered = rows.visible().order_by("timestamp", "slot_id", "seq")
+        values = ordered.values("role", "content", "citations", "slot__agent_id")
+        return to_messages([_with_agent_prefix(row) for row in values])
+
+
+def _with_agent_prefix(row: Mapping[str, Any]) -> MessageDict:
+    content = row["content"] or []
+    if content and row["role"] == "assistant":
+        content = [{"text": f"[{row['slot__agent_id']}] {block_text(content[0])}"}]
+    return {"role": row["role"], "content": content, "citations": None}
+
+
+class ForeignJournal(Journal):
+    """An agent-squad store keeps the history; squad_memory keeps the slot's counters and,
+    once the buffer is active, its own tail rows. Every call into the store's async API
+    is made here."""
+
+    rows_while_inactive = False
+
+    def __init__(self, store: Any, namespace: str) -> None:
+        self.store = store
+        self.namespace = namespace
+
+    def call(self, method: str, *args: Any) -> Any:
+        return async_to_sync(getattr(self.store, method))(*args)
+
+    def save(self, key: SlotKey, messages: list[Any], single: bool, size: int | None) -> Any:
+        if single:
+            return self.call("save_chat_message", *key, messages[0], size)
+        return self.call("save_chat_messages", *key, messages, size)
+
+    def seed(self, key: SlotKey) -> list[MessageDict]:
+        # Some stores take no size argument (DynamoDB's): the whole history.
+        return to_dicts(list(self.call("fetch_chat", *key) or []), check_size=False)
+
+    def fetch_all(self, user_id: str, session_id: str) -> list[ConversationMessage]:
+        return list(self.call("fetch_all_chats", user_id, session_id) or [])
+
+
+@dataclass
+class Saved:
+    """What one save did: what was appended, the compression it started, the inner answer."""
+
+    appended: Appended
+    compression: Result | None = None
+    inner: Any = None
+
+    @property
+    def slot(self) -> Slot:
+        return self.appended.slot
+
+    @property
+    def rows(self) -> list[Message]:
+        return self.appended.rows
+
+    @property
+    def skipped(self) -> bool:
+        return self.appended.skipped
+
+
+class Memory:
+    """Save, fetch, compress and reset the slots of one journal under one policy; without
+    a policy, a plain raw history (``DjangoChatStorage``)."""
+
+    def __init__(self, journal: Journal, policy: Policy | None = None) -> None:
+        self.journal = journal
+        self.policy = policy
+        self.dispatcher = get_dispatcher(policy) if policy is not None else None
+
+    @property
+    def namespace(self) -> str:
+        return self.journal.namespace
+
+    # -- saving ----------------------------------------------------------------------
+    def save(
+        self, key: SlotKey, messages: list[Any], *, check_role: bool, max_history_size: int | None
+    ) -> Saved:
+        """Store messages (``check_role``: the role rule of ``save_chat_message``), then
+        start the compression they made due, if any.
+
+        Raises :class:`SummarizerError` after storing when that compression failed and
+        the policy says ``on_error="raise"``.
+        """
+        dicts = to_dicts(messages)
+        inner = self.journal.save(key, messages, check_role, max_history_size) if dicts else None
+        appended = Slot.objects.append(
+            key,
+            dicts,
+            namespace=self.namespace,
+            check_role=check_role,
+            max_history_size=max_history_size,
+            rows_while_inactive=self.journal.rows_while_inactive,
+            view="visible" if self.policy is None else "buffer",
+            newest=self._newest(),
+        )
+        saved = Saved(appended, inner=inner)
+        policy, dispatcher = self.policy, self.dispatcher
+        if policy and dispatcher and appended.rows and due(appended.slot, policy.limits):
+            lease = dispatcher.claim_lease_seconds
+            claimed = claim(appended.slot.pk, policy.limits, lease_seconds=lease, run_now=True)
+            if claimed is not None:
+                saved.compression = self._run(claimed, "save")
+        return saved
+
+    def answer(self, saved: Saved, key: SlotKey) -> Rows:
+        """What a save returns: the conversation as the save left it (read by the save's
+        own statement, unless a compression applied since changed it)."""
+        if saved.inner is not None and not saved.slot.active:  # a foreign store's answer
+            inner = saved.inner if isinstance(saved.inner, list) else []
+            return to_dicts(inner, check_size=False)
+        rows = saved.appended.view()
+        changed = saved.compression is not None and saved.compression.applied
+        if rows is None or changed or self._truncated(saved.slot, rows):
+            return self.current(key) if self.policy else self._read(key, "visible")[1]
+        if self.policy is None or not saved.slot.active:
+            return rows
+        return saved.slot.buffer(rows, self.policy.limits)
+
+    # -- reading ---------------------------------------------------------------------
+    def fetch(self, key: SlotKey) -> Rows:
+        """What ``fetch_chat`` returns: the buffer, activating it when the history is long."""
+        if self.policy is None:
+            return self._read(key, "visible")[1]
+        slot, rows = self._read(key)
+        if slot is not None and slot.active:
+            return slot.buffer(rows, self.policy.limits)
+        seed = self.journal.seed(key)
+        if slot is None and seed is None:
+            return []
+        if self._needs_activation(slot, seed):
+            if slot is None:
+                user_id, session_id, agent_id = key
+                slot, _ = _slots().get_or_create(
+                    namespace=self.namespace,
+                    user_id=user_id,
+                    session_id=session_id,
+                    agent_id=agent_id,
+                )
+            if self._activate(slot, seed):
+                return self.current(key)
+        return seed if seed is not None else rows
+
+    def current(self, key: SlotKey) -> Rows:
+        """What ``fetch_chat`` shows now, without activating the buffer."""
+        slot, rows = self._read(key)
+        if slot is not None and slot.active and self.policy is not None:
+            return slot.buffer(rows, self.policy.limits)
+        seed = self.journal.seed(key)
+        return seed if seed is not None else rows
+
+    def _newest(self) -> int | None:
+        """How many rows of a view a read takes: as many as the hard limit lets a fetch
+        return (the storage's; a slot with a larger one of its own is read again)."""
+        return self.policy.limits.max_tail if self.policy is not None else None
+
+    def _truncated(self, slot: Slot, rows: Rows) -> bool:
+        """Whether a read of the storage's hard limit cut rows the slot's own limit keeps."""
+        newest = self._newest()
+        if self.policy is None or newest is None or len(rows) < newest:
+            return False
+        return slot.limits(self.policy.limits).max_tail > newest
+
+    def _read(self, key: SlotKey, start: View = "buffer") -> tuple[Slot | None, Rows]:
+        """The slot and its view's rows (one statement)."""
+        newest = self._newest() if start == "buffer" else None
+        slot, rows = Slot.objects.read(key, namespace=self.namespace, start=start, newest=newest)
+        if slot is not None and start == "buffer" and self._truncated(slot, rows):
+            assert self.policy is not None
+            wanted = slot.limits(self.policy.limits).max_tail
+            return Slot.objects.read(key, namespace=self.namespace, newest=wanted)
+        return slot, rows
+
+    def _needs_activation(self, slot: Slot | None, seed: list[MessageDict] | None) -> bool:
+        """The trigger rule over an inactive history (a foreign store's seed is counted)."""
+        assert self.policy is not None
+        limits = slot.limits(self.policy.limits) if slot is not None else self.policy.limits
+        if seed is None:
+            return slot is not None and slot.needs_compression(self.policy.limits)
+        counted = count_all(seed) if limits.trigger_tokens is not None else 0
+        return needs_compression(len(seed), limits.trigger_at, counted, limits.trigger_tokens)
+
+    def _activate(self, slot: Slot, seed: list[MessageDict] | None) -> bool:
+        """Activate and compress; False if a save moved the slot meanwhile."""
+        assert self.policy is not None and self.dispatcher is not None
+        slot, claimed = activate(
+            slot.pk,
+            self.policy.limits,
+            lease_seconds=self.dispatcher.claim_lease_seconds,
+            seed=seed,
+            expect_last_seq=slot.last_seq if seed is not None else None,
+        )
+        if claimed is not None:
+            self._run(claimed, "activation")
+        return slot.active
+
+    # -- compressing -----------------------------------------------------------------
+    def compress_now(self, key: SlotKey) -> Result:
+        """Compress a slot's buffer now, whatever its length (activating it if needed)."""
+        slot = _slots().for_key(*key, namespace=self.namespace).first()
+        if slot is None:
+            return Result(Outcome.SKIPPED)
+        return self.compress_slot(slot, None if slot.active else self.journal.seed(key))
+
+    def compress_slot(self, slot: Slot, seed: list[MessageDict] | None = None) -> Result:
+        """Compress ``slot`` now; a foreign slot's inactive buffer starts from ``seed``."""
+        assert self.policy is not None and self.dispatcher is not None
+        _, claimed = activate(
+            slot.pk,
+            self.policy.limits,
+            lease_seconds=self.dispatcher.claim_lease_seconds,
+            seed=seed,
+            force=True,
+        )
+        if claimed is None:
+            return Result(Outcome.ALREADY_PENDING)
+        return self._run(claimed, "manual")
+
+    def _run(self, claimed: Claim, trigger: str) -> Result:
+        assert self.policy is not None and self.dispatcher is not None
+        result = self.dispatcher.dispatch(claimed, trigger=trigger)
+        if result.error is not None and self.policy.on_error == "raise":
+            raise SummarizerError(
+                f"The summarizer {self.policy.summarizer.label} failed; the message was stored "
+                f"and the buffer kept uncompressed: {result.error}"
+            ) from result.error
+        return result

@@ -1,0 +1,236 @@
+"""Tasks mode end to end: real ``manage.py db_worker`` processes of django-tasks-db, no broker,
+on SQLite (a database file of the test's own) and on PostgreSQL (the test database).
+
+Writers, workers and the sweep are separate processes; the summarizer
+(``tests.celery_summarizers.slow``) leaves a marker named after the process that ran it,
+so a test sees where each compression ran.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.conftest import extra, require
+from tests.processes import database_url, wait_for
+
+extra("django_tasks_db", "tasks")
+
+ROOT = Path(settings.BASE_DIR)
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Site:
+    """Processes of one project on one database: workers, writers, the sweep, a probe."""
+
+    def __init__(self, tmp: Path, url: str) -> None:
+        self.tmp, self.workers = tmp, []
+        self.markers = tmp / "markers"
+        self.markers.mkdir()
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("SQUAD_MEMORY")},
+            "DJANGO_SETTINGS_MODULE": "tests.tasks_settings",
+            "DATABASE_URL": url,
+            "SQUAD_MEMORY_MODE": "tasks",
+            "SQUAD_MEMORY_SUMMARIZER": "tests.celery_summarizers.slow",
+            "SQUAD_MEMORY_TRIGGER_AT": "2",
+            "SQUAD_MEMORY_KEEP_LAST": "1",
+            "SM_MARKER_DIR": str(self.markers),
+            "SM_CLAIM_LEASE": "2",
+            "PYTHONPATH": str(ROOT),
+        }
+
+    def run(self, *args: str, **env: str) -> str:
+        done = subprocess.run(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    def worker(self, name: str, **env: str) -> subprocess.Popen[bytes]:
+        log = self.tmp / f"{name}.log"
+        args = ["manage.py", "db_worker", "--no-reload", "--no-startup-delay", "--interval", "0.1"]
+        proc = subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env={**self.env, **env},
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.workers.append(proc)
+        wait_for(lambda: "Starting worker" in log.read_text(), 30, f"{name} to start")
+        return proc
+
+    def save(self, writer: str, pairs: int, **env: str) -> dict[str, Any]:
+        return json.loads(self.run("-m", "tests.tasks_site", "save", writer, str(pairs), **env))
+
+    def state(self) -> dict[str, Any]:
+        return json.loads(self.run("-m", "tests.tasks_site", "state"))
+
+    def ran_in(self) -> list[int]:
+        """The pid of the process of each summarizer call so far."""
+        return sorted(int(marker.name.split("-")[1]) for marker in self.markers.iterdir())
+
+    def kill_all(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def site(request: Any, tmp_path: Path) -> Iterator[Site]:
+    if request.param == "sqlite":
+        made = Site(tmp_path, f"sqlite:///{tmp_path / 'db.sqlite3'}")
+        made.run("manage.py", "migrate", "--verbosity", "0")
+    else:
+        require(connection.vendor == "postgresql", "needs PostgreSQL (DATABASE_URL=postgres://...)")
+        made = Site(tmp_path, database_url())
+    try:
+        yield made
+    finally:
+        made.kill_all()
+
+
+def applied(state: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in state["compressions"] if c["outcome"] == "applied"]
+
+
+def test_the_saves_enqueue_and_only_the_worker_compresses(site: Site) -> None:
+    worker = site.worker("worker", SM_SUMMARIZER_SLEEP="0.3")
+    writer = site.save("0", 12, SM_PAUSE="0.1")
+    assert writer["max_save"] < 1.0 and writer["max_fetch"] < 1.0
+    wait_for(lambda: not site.state()["slot"]["pending"], 60, "the worker to catch up")
+    state = site.state()
+    assert state["texts"] == [f"w0-{n}-{r}" for n in range(12) for r in "ua"]
+    done = applied(state)
+    assert len(done) >= 2 and len(done) == len(state["compressions"])
+    for before, after in itertools.pairwise(done):
+        assert after["started"] >= before["finished"], "two compressions overlapped"
+        assert after["from_seq"] == before["to_seq"] + 1
+    assert state["slot"]["covered_seq"] == done[-1]["to_seq"]
+    assert set(site.ran_in()) == {worker.pid}  # never the writer's process
+    assert set(state["tasks"]) == {"SUCCESSFUL"}
+
+
+def test_a_worker_killed_mid_compression_leaves_no_stuck_claim(site: Site) -> None:
+    first = site.worker("first", SM_SUMMARIZER_SLEEP="5")
+    writer = site.save("0", 6)
+    wait_for(lambda: bool(site.ran_in()), 30, "the worker to start summarizing")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(10)
+    state = site.state()
+    assert state["slot"]["pending"] and state["compressions"] == []
+    assert state["tasks"] == ["RUNNING"]  # django-tasks-db never takes it back
+    second = site.worker("second", SM_SUMMARIZER_SLEEP="0.2")
+    assert state["slot"]["lease_left"] <= 2.0  # the claim runs out with CLAIM_LEASE
+    wait_for(lambda: site.state()["slot"]["lease_left"] < 0, 10, "the claim's lease to run out")
+    assert "1 slot(s)" in site.run("manage.py", "squad_memory_sweep")
+    wait_for(lambda: bool(applied(site.state())), 30, "the sweep's compression")
+    state = site.state()
+    assert [(c["outcome"], c["from_seq"], c["to_seq"]) for c in state["compressions"]] == [
+        ("applied", 1, 12)
+    ]
+    assert not state["slot"]["pending"] and state["tasks"] == ["RUNNING", "SUCCESSFUL"]
+    assert state["texts"] == [f"w0-{n}-{r}" for n in range(6) for r in "ua"]
+    assert site.ran_in() == sorted([first.pid, second.pid])
+    assert writer["pid"] not in site.ran_in()
+
+
+# -- `make demo`: a worker beside the server -------------------------------------------------------
+
+
+def make_demo(tmp: Path, *args: str) -> subprocess.Popen[str]:
+    """``make demo`` as a user runs it, on a database of its own, in this virtualenv."""
+    require(shutil.which("make") is not None, "needs make to run the demo's Makefile target")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SQUAD_MEMORY", "DATABASE"))}
+    env.update(PYTHONUNBUFFERED="1", DATABASE_URL=f"sqlite:///{tmp / 'db.sqlite3'}")
+    venv = Path(sys.prefix)
+    command = ["make", "-o", f"{venv}/.installed-demo", "demo", f"VENV={venv}"]
+    command += [f"SQUAD_MEMORY_VAR_DIR={tmp}", *args]
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(db)) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def test_make_demo_compresses_in_a_worker_beside_the_server(tmp_path: Path) -> None:
+    port = free_port()
+    demo = make_demo(tmp_path, f"DEMO_ARGS=--addrport 127.0.0.1:{port}")
+    lines: list[str] = []
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            lines.append(line)
+            if "Quit the server" in line:
+                break
+        output = "".join(lines)
+        assert "Mode: tasks" in output and "db_worker (pid" in output, output
+        db = tmp_path / "db.sqlite3"
+        done = "SELECT trigger, outcome FROM squad_memory_compression"
+        wait_for(lambda: bool(query(db, done)), 30, "the worker to compress")
+        assert set(query(db, done)) == {("tasks", "applied")}  # run by the task, not the save
+        tasks = query(db, "SELECT status FROM django_tasks_database_dbtaskresult")
+        assert tasks and {s for (s,) in tasks} <= {"SUCCESSFUL", "RUNNING", "READY"}
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/", timeout=10).close()
+    finally:
+        os.killpg(demo.pid, signal.SIGTERM)  # what closing the terminal sends
+        demo.wait(20)
+    wait_for(lambda: not _alive(demo.pid), 10, "the server and the worker to stop")
+
+
+def test_make_demo_runs_inline_one_setting_away(tmp_path: Path) -> None:
+    demo = make_demo(tmp_path, "SQUAD_MEMORY_MODE=inline", "DEMO_ARGS=--no-serve")
+    output, _ = demo.communicate(timeout=180)
+    assert demo.returncode == 0, output
+    assert "Mode: inline" in output and "db_worker" not in output
+    triggers = query(
+        tmp_path / "db.sqlite3", "SELECT DISTINCT trigger FROM squad_memory_compression"
+    )
+    assert triggers and ("tasks",) not in triggers
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
