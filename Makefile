@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-demo demo test test-sqlite test-postgres test-django6 bench bench-quick lint clean
+.PHONY: install install-demo demo test test-sqlite test-postgres test-django6 bench bench-quick lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,20 @@ install-demo: $(VENV)/.installed-demo
 
 install: $(VENV)/.installed-dev
 
-## The demo: SQLite, inline summarization, offline summarizer; serves on 127.0.0.1:8000.
+## The demo: SQLite, offline summarizer, serves on 127.0.0.1:8000, compressions in the
+## background by a `db_worker` beside the server (tasks mode: no broker, nothing but Python).
+## SQUAD_MEMORY_MODE=inline compresses in the saves; =celery needs a broker and a Celery
+## worker of your own. DEMO_ARGS are passed on to `manage.py demo` (e.g. --addrport).
+DEMO_MODE = $(or $(SQUAD_MEMORY_MODE),tasks)
 demo: install-demo
-	$(BIN)/python manage.py demo
+	$(BIN)/python manage.py migrate --verbosity 0
+	@export SQUAD_MEMORY_MODE=$(DEMO_MODE); \
+	if [ "$$SQUAD_MEMORY_MODE" = tasks ]; then \
+	  $(BIN)/python manage.py db_worker --no-reload --queue-name '*' & worker=$$!; \
+	  trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
+	  echo "Compressions run in the background: db_worker (pid $$worker), no broker."; \
+	fi; \
+	$(BIN)/python manage.py demo $(DEMO_ARGS)
 
 ## Every test pass CI runs (SQLite, PostgreSQL, Django 6.1 on Python 3.12).
 test: install
@@ -46,10 +57,26 @@ bench: install
 bench-quick: install
 	$(BIN)/python -m bench --quick
 
+## The documentation site, into build/docs/ (offline, warnings as errors): open build/docs/index.html.
+DOCS_DIR = build/docs
+docs: install
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs $(DOCS_DIR)
+	@echo "The documentation is in $(DOCS_DIR)/index.html"
+
 lint: install
 	$(BIN)/ruff check squad_memory project tests bench
 	$(BIN)/mypy squad_memory
 	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports
 
+## Everything install, the tests, the demo and the benchmarks leave behind: the environments,
+## build/ (the documentation site too) and *.egg-info (the editable install's), var/, caches, and the benchmarks' work
+## files and PostgreSQL database (dropped with psql where it is installed and answers).
+BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sm_bench
 clean:
-	rm -rf $(VENV) .venv-django6 var test-artifacts .pytest_cache
+	rm -rf $(VENV) .venv-django6 var test-artifacts build *.egg-info bench/.work \
+	  .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	@if command -v psql >/dev/null 2>&1; then \
+	  PGCONNECT_TIMEOUT=3 psql -q "$(dir $(BENCH_DATABASE_URL))postgres" \
+	    -c 'DROP DATABASE IF EXISTS "$(notdir $(BENCH_DATABASE_URL))"' 2>/dev/null \
+	  || echo "make clean: could not drop $(notdir $(BENCH_DATABASE_URL)) at $(dir $(BENCH_DATABASE_URL))"; \
+	fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the test passes: SQLite (Django 5.2), PostgreSQL (Django 5.2; and the storage paths
+# Runs the test passes: lint and types, the documentation site (build/docs/, offline,
+# warnings as errors), SQLite (Django 5.2), PostgreSQL (Django 5.2; and the storage paths
 # again with server-side binding and prepared statements), and Django 6.1 on
-# Python 3.12 (SQLite and PostgreSQL), lint and types. With no argument, all of them.
+# Python 3.12 (SQLite and PostgreSQL). With no argument, all of them.
 # Where PostgreSQL or Python 3.12 is missing, that pass is skipped with a reason,
 # except under CI=true, where every pass must run.
 set -uo pipefail
@@ -46,6 +47,11 @@ if want lint; then
   PYTHONPATH=$PWD "$VENV/bin/lint-imports" || failed=1
 fi
 
+if want docs; then  # the site `make docs` builds; tests/test_docs.py runs its samples
+  echo "=== the documentation site (Sphinx, warnings as errors) ==="
+  "$VENV/bin/sphinx-build" -W --keep-going -q -b html docs build/docs || failed=1
+fi
+
 if want sqlite; then
   run "SQLite, Django $($VENV/bin/python -c 'import django;print(django.get_version())')" "$VENV" \
     "$VENV/bin/pytest" -m "not postgres" -q -p no:cacheprovider
@@ -63,8 +69,7 @@ if want postgres-prepared; then  # Django's server_side_binding + psycopg's prep
   if pg_up "$VENV"; then
     run "PostgreSQL with server-side binding and prepared statements, the storage paths" "$VENV" \
       DATABASE_URL="${PG_URL}_prepared" DATABASE_PREPARED=1 "$VENV/bin/pytest" -q -p no:cacheprovider \
-      tests/test_native.py tests/test_native_faults.py tests/test_native_edges.py tests/test_storage.py \
-      tests/test_summarizing.py \
+      tests/test_models.py tests/test_routing.py tests/test_storage.py tests/test_summarizing.py \
       tests/test_stateful.py tests/test_concurrency.py tests/test_pgbouncer.py tests/test_compression.py \
       tests/test_api_views.py tests/test_tokens.py
   else
@@ -76,7 +81,7 @@ if want mariadb; then  # optional: the core storage on MariaDB/MySQL, where one 
   MYSQL_URL=${TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/squad_memory}
   if "$VENV/bin/python" -c "import pymysql; pymysql.connect(host='127.0.0.1', user='root', connect_timeout=3).close()" 2>/dev/null; then
     run "MariaDB/MySQL, core storage" "$VENV" DATABASE_URL="$MYSQL_URL" "$VENV/bin/pytest" -q -p no:cacheprovider \
-      tests/test_storage.py tests/test_summarizing.py tests/test_foreign_stores.py
+      tests/test_models.py tests/test_storage.py tests/test_summarizing.py tests/test_foreign_stores.py
   else
     echo "SKIPPED: MariaDB/MySQL is not reachable on 127.0.0.1:3306: the MariaDB pass did not run" >&2
   fi
