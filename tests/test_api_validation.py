@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.test import override_settings
 
 from squad_memory.models import Message, Slot
@@ -328,3 +330,23 @@ def test_invisible_characters_in_ids_can_be_allowed(users: Users) -> None:
         assert post(client, body(session_id="ticket-\u202e4321-gnp.exe")).status_code == 201
     history = client.get("/api/sessions/ticket-\u202e4321-gnp.exe/history/")
     assert history.status_code == 400 and "session_id" in history.json()
+
+
+def test_a_message_the_api_accepts_imports_back_from_its_own_export(
+    users: Users, tmp_path: Any
+) -> None:
+    # 15,000 CJK characters: 45 KB as UTF-8, about 90 KB as ASCII-escaped JSON. The API,
+    # the importer and the storage measure a message with the same rule (rules.size_problem).
+    text = "中" * 15_000
+    assert len(text.encode()) < 65_536 < len(json.dumps(text))
+    client = client_for(users.owner)
+    assert post(client, body(message=one("user", text))).status_code == 201
+    target = tmp_path / "export.jsonl"
+    call_command("squad_memory_export", "-o", str(target), stderr=io.StringIO())
+    Message.objects.all().delete()
+    Slot.objects.all().delete()
+    err = io.StringIO()
+    call_command("squad_memory_import", str(target), stdout=io.StringIO(), stderr=err)
+    assert err.getvalue() == ""
+    (stored,) = Message.objects.all()
+    assert stored.content == [{"text": text}]
