@@ -18,7 +18,7 @@ from squad_memory.compression.policy import ON_ERROR, choice_problems, limits_pr
 from squad_memory.conf import DEFAULTS, SETTING_NAME, app_settings
 from squad_memory.exceptions import ConfigurationError
 from squad_memory.models import Limits
-from squad_memory.rules import retain_days_problem
+from squad_memory.rules import idempotency_ttl_problem, retain_days_problem
 
 
 def _error(text: str, check_id: str, hint: str | None = None) -> Error:
@@ -103,6 +103,8 @@ def _numbers() -> list[CheckMessage]:
         errors.append(_error("['MAX_ID_LENGTH'] cannot exceed 255, the id columns.", "E010"))
     if (retain := retain_days_problem(app_settings.raw("RETAIN_DAYS"))) is not None:
         errors.append(Error(retain, id="squad_memory.E030"))
+    if (ttl := idempotency_ttl_problem(app_settings.raw("IDEMPOTENCY_TTL"))) is not None:
+        errors.append(Error(ttl, id="squad_memory.E009"))
     return errors
 
 

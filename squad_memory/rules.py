@@ -185,6 +185,18 @@ def retain_days_problem(days: Any) -> str | None:
     )
 
 
+def idempotency_ttl_problem(seconds: Any) -> str | None:
+    """Why ``IDEMPOTENCY_TTL`` cannot be applied, or None: seconds, at least 1 and at most
+    ``MAX_RETAIN_DAYS`` days (further back, the sweep's cutoff would overflow)."""
+    number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+    if number and 1 <= seconds <= MAX_RETAIN_DAYS * 86400:
+        return None
+    return (
+        f"{SETTING_NAME}['IDEMPOTENCY_TTL'] must be a number of seconds of at least 1 and at "
+        f"most {MAX_RETAIN_DAYS * 86400} ({MAX_RETAIN_DAYS} days), not {seconds!r}."
+    )
+
+
 # -- sizes ------------------------------------------------------------------------------
 def json_size(value: Any) -> int:
     """The size of ``value`` as compact JSON (no spaces, no ASCII escapes), in UTF-8 bytes."""

@@ -82,6 +82,30 @@ def test_purge_expired_and_the_sweep_delete_old_keys() -> None:
     assert not IdempotencyKey.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("ttl", "ok"),
+    [(86400, True), (1, True), (0.5, False), (0, False), (-1, False), ("3600", False),
+     (True, False), (1e12, False), (float("inf"), False), (float("nan"), False)],
+)
+def test_idempotency_ttl_is_checked_and_the_sweep_refuses_one_out_of_range(
+    ttl: Any, ok: bool
+) -> None:
+    """No OverflowError from the sweep's cutoff for a TTL too long to subtract: system check
+    E009, and a ConfigurationError naming the setting."""
+    from squad_memory.checks import check_settings
+    from squad_memory.exceptions import ConfigurationError
+
+    _key(timedelta(days=400), "old")
+    with override_settings(SQUAD_MEMORY={"IDEMPOTENCY_TTL": ttl}):
+        assert [e.id for e in check_settings()] == ([] if ok else ["squad_memory.E009"])
+        if ok:
+            assert purge_expired() == 1
+        else:
+            with pytest.raises(ConfigurationError, match="IDEMPOTENCY_TTL"):
+                housekeeping.sweep()
+            assert IdempotencyKey.objects.count() == 1
+
+
 # -- erasure: the stored answers hold the posted text ------------------------------------------
 SECRET = "my card number is 4111"
 

@@ -20,8 +20,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from squad_memory.conf import app_settings
-from squad_memory.exceptions import SquadMemoryError
+from squad_memory.exceptions import ConfigurationError, SquadMemoryError
 from squad_memory.models import IdempotencyKey, Slot
+from squad_memory.rules import idempotency_ttl_problem
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,10 @@ def request_hash(method: str, path: str, data: Any) -> str:
 
 
 def cutoff(now: datetime | None = None) -> datetime:
-    """Keys created before this have expired."""
+    """Keys created before this have expired (:class:`ConfigurationError` for an
+    ``IDEMPOTENCY_TTL`` out of range)."""
+    if (problem := idempotency_ttl_problem(app_settings.raw("IDEMPOTENCY_TTL"))) is not None:
+        raise ConfigurationError(problem)
     return (now or timezone.now()) - timedelta(seconds=app_settings.idempotency_ttl)
 
 
