@@ -373,7 +373,7 @@ def test_a_hanging_broker_leaves_no_thread_and_queueing_resumes(
     the next saves are queued."""
     scheme, target, tail = broker
     proxy = HangingProxy(target)
-    queue = "squad-memory-hang-tests"
+    queue = f"squad-memory-hang-tests-{os.getpid()}"  # concurrent runs keep apart
     celery_settings.SQUAD_MEMORY = {
         **celery_settings.SQUAD_MEMORY,
         "PUBLISH_TIMEOUT": 0.5,
@@ -406,7 +406,10 @@ def test_a_hanging_broker_leaves_no_thread_and_queueing_resumes(
                 deadline = time.monotonic() + 10  # AMQP publishes land asynchronously
                 while waiting.qsize() < 3 and time.monotonic() < deadline:
                     time.sleep(0.1)
-                assert waiting.qsize() == 3
-                waiting.clear()
+                try:
+                    assert waiting.qsize() == 3
+                finally:
+                    waiting.clear()
+                    waiting.queue.delete()
     finally:
         proxy.close()
