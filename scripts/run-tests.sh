@@ -2,7 +2,8 @@
 # Runs the test passes: lint and types, the documentation site (build/docs/, offline,
 # warnings as errors), SQLite (Django 5.2), PostgreSQL (Django 5.2; and the storage paths
 # again with server-side binding and prepared statements), and Django 6.1 on
-# Python 3.12 (SQLite and PostgreSQL). With no argument, all of them.
+# Python 3.12 (SQLite and PostgreSQL). With no argument, all of them; name passes to run only those
+# (lint docs sqlite postgres postgres-prepared mariadb django6).
 # Where PostgreSQL or Python 3.12 is missing, that pass is skipped with a reason,
 # except under CI=true, where every pass must run.
 set -uo pipefail
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PG_URL=${TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/squad_memory}
-PASSES=${1:-all}
+PASSES=" ${*:-all} "  # the passes named on the command line, or all
 CI=${CI:-}
 failed=0
 
@@ -38,7 +39,7 @@ find_python312() {  # the first candidate that really runs Python 3.12 (pyenv sh
   done
 }
 
-want() { [[ "$PASSES" == all || "$PASSES" == "$1" ]]; }
+want() { [[ "$PASSES" == " all " || "$PASSES" == *" $1 "* ]]; }
 
 if want lint; then
   echo "=== ruff, mypy (strict) and the import layers ==="
