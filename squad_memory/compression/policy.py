@@ -8,7 +8,7 @@ from typing import Any
 from squad_memory.conf import app_settings
 from squad_memory.exceptions import ConfigurationError
 from squad_memory.models import Limits
-from squad_memory.summarizers import Summarizer, resolve
+from squad_memory.summarizers import Summarizer
 
 ON_ERROR = ("record", "raise")
 
@@ -29,16 +29,6 @@ class Policy:
         problems += choice_problems("on_error", self.on_error, ON_ERROR)
         if problems:
             raise ConfigurationError(problems[0])
-
-    @classmethod
-    def from_settings(cls) -> Policy:
-        """The policy ``settings.SQUAD_MEMORY`` describes."""
-        return cls(
-            resolve(app_settings.raw("SUMMARIZER")),
-            Limits.from_settings(),
-            app_settings.mode,
-            app_settings.on_error,
-        )
 
     @property
     def lease_seconds(self) -> float:
