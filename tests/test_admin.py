@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import formats, timezone
 from django.utils.html import escape
 
 import squad_memory
@@ -197,6 +198,15 @@ def test_slot_list_queries_do_not_grow_with_the_slots(
 
 
 # -- slot page ---------------------------------------------------------------------------------
+def test_slot_page_shows_until_when_a_failed_slot_backs_off(admin_client: Client) -> None:
+    slot = make_slot(4, active=True, last_failed=True)
+    Slot.objects.filter(pk=slot.pk).update(retry_after=timezone.now() + timedelta(minutes=5))
+    page = admin_client.get(url("slot_change", slot.pk)).content.decode()
+    field = page.split('fieldBox field-retry_after">')[1].split("</div>")[0]
+    shown = formats.localize(timezone.template_localtime(Slot.objects.get(pk=slot.pk).retry_after))
+    assert "Retry after" in field and escape(shown) in field
+
+
 def test_slot_page_shows_raw_history_buffer_and_compression_log(admin_client: Client) -> None:
     slot = active_slot(12, covered=8)
     log_compression(slot, from_seq=1, to_seq=8, error="")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 import squad_memory
 from squad_memory.models import Compression, Message, Slot
@@ -47,6 +50,17 @@ def test_read_slot(users: Users) -> None:
     assert (
         body["message_count"] == 3 and body["state"] == "inactive" and body["last_role"] == "user"
     )
+    assert body["last_failed"] is False and body["retry_after"] is None
+
+
+def test_a_slot_backing_off_says_until_when(users: Users) -> None:
+    """After a refused summary no save claims the slot before ``retry_after``: the API says
+    when that is."""
+    slot = fill(users.owner, 3)
+    until = timezone.now() + timedelta(minutes=5)
+    Slot.objects.filter(pk=slot.pk).update(last_failed=True, retry_after=until)
+    body = client_for(users.owner).get(f"/api/slots/{slot.pk}/").json()
+    assert body["state"] == "failed" and parse_datetime(body["retry_after"]) == until
 
 
 def test_raw_messages_page_by_seq_both_ways(users: Users) -> None:

@@ -134,7 +134,7 @@ class SlotAdmin(SlotActionsAdmin):
                     ("state_label", "message_count", "buffer_length", "buffer_tokens"),
                     ("summary_tokens",),
                     ("covered_seq", "visible_from_seq", "version"),
-                    ("pending_since", "created_at", "updated_at"),
+                    ("pending_since", "retry_after", "created_at", "updated_at"),
                 ]
             },
         ),

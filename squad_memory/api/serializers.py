@@ -228,6 +228,7 @@ class SlotSerializer(serializers.ModelSerializer[Slot]):
             "version",
             "pending_since",
             "last_failed",
+            "retry_after",
         ]
         read_only_fields = fields
 
