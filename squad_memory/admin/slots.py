@@ -19,7 +19,7 @@ from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
 from squad_memory.admin.actions import SlotActionsAdmin
-from squad_memory.conf import app_settings
+from squad_memory.compression.policy import limits_problems
 from squad_memory.models import Compression, Limits, Message, Slot, SlotState
 from squad_memory.operations import forgetting
 from squad_memory.permissions import COMPRESSION, MESSAGE, can_view
@@ -68,40 +68,19 @@ class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
         model = Slot
         fields = ["trigger_at", "keep_last", "max_buffer_pairs", *TOKEN_OVERRIDES]
 
-    def clean_trigger_at(self) -> int | None:
-        value: int | None = self.cleaned_data.get("trigger_at")
-        if value is not None and value < 1:
-            raise forms.ValidationError(_("Trigger at must be at least 1 (or empty)."))
-        return value
-
     def clean(self) -> dict[str, Any]:
-        """Compare the values that will apply: an empty field means the setting's value."""
+        """Check the sizes that will apply (an empty field means the setting's value) by the
+        rule the system checks and the storages use."""
         data = super().clean() or {}
-        if self.has_error("trigger_at") or self.has_error("keep_last"):
+        if self.errors:
             return data
-        trigger_at = data.get("trigger_at") or app_settings.trigger_at  # at least 1, or empty
-        keep_last = app_settings.keep_last if data.get("keep_last") is None else data["keep_last"]
-        pairs = data.get("max_buffer_pairs")
-        if pairs is not None and pairs < trigger_at:
-            raise forms.ValidationError(
-                _("The hard limit must be at least trigger at (%(trigger)d), or empty.")
-                % {"trigger": trigger_at}
-            )
-        tokens = data.get("trigger_tokens") or app_settings.trigger_tokens
-        limit = data.get("max_buffer_tokens") or app_settings.max_buffer_tokens
-        if tokens is not None and limit is not None and limit < tokens:
-            raise forms.ValidationError(
-                _("The hard limit in tokens must be at least the token trigger (%(trigger)d).")
-                % {"trigger": tokens}
-            )
-        if keep_last >= trigger_at:
-            raise forms.ValidationError(
-                _(
-                    "Keep last must be smaller than trigger at, or a compression cannot shorten "
-                    "the buffer (here %(keep)d and %(trigger)d; an empty field uses the setting)."
-                )
-                % {"keep": keep_last, "trigger": trigger_at}
-            )
+        defaults = Limits.from_settings()
+        applied = {
+            name: getattr(defaults, name) if data.get(name) is None else data[name]
+            for name in SlotForm.Meta.fields
+        }
+        for _name, problem in limits_problems(Limits(**applied)):
+            raise forms.ValidationError(f"{problem} An empty field uses the setting.")
         return data
 
 
