@@ -54,8 +54,8 @@ def to_dict(
         raise error("content must be a list of block dicts such as [{'text': '...'}].")
     if citations is not None and not isinstance(citations, list):
         raise error(f"citations must be a list or None, got {type(citations).__name__}.")
-    _check_storable(content, "content", error)
-    _check_storable(citations, "citations", error)
+    check_storable(content, "content", error)
+    check_storable(citations, "citations", error)
     stored: MessageDict = {"role": role, "content": content, "citations": citations or None}
     if check_size and (problem := size_problem(stored)):
         raise error(problem)
@@ -66,8 +66,9 @@ def to_dicts(messages: Iterable[Any], *, check_size: bool = True) -> list[Messag
     return [to_dict(m, check_size=check_size) for m in messages]
 
 
-def _check_storable(value: Any, name: str, error: type[ValueError]) -> None:
-    """Content is stored as JSON: plain JSON types, finite numbers, no NUL characters."""
+def check_storable(value: Any, name: str, error: type[ValueError] = ValueError) -> None:
+    """Content is stored as JSON: plain JSON types, finite numbers, no NUL characters and
+    no lone surrogates (the one rule for the storages, the importer and the API)."""
     if value is None:
         return
     try:

@@ -3,13 +3,13 @@ and the shape of every answer (slots, messages, buffers, search hits, errors).""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from squad_memory.conf import app_settings
+from squad_memory.messages import check_storable
 from squad_memory.models import Message, Outcome, Slot, SlotState
 from squad_memory.rules import CONTROL_CHARS, ID_PATTERN, ROLES, id_problem, size_problem
 from squad_memory.search import MAX_QUERY_LENGTH, excerpt
@@ -73,35 +73,21 @@ class QueryField(serializers.CharField):
 
 
 def check_json(value: Any) -> None:
-    """Reject what JSON or a database cannot hold: NUL, lone surrogates, non-finite numbers,
-    deep nesting."""
+    """Reject nesting deeper than ``MAX_DEPTH``, then what the storage cannot hold
+    (:func:`squad_memory.messages.check_storable`)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise serializers.ValidationError(f"Must not be nested deeper than {MAX_DEPTH} levels.")
-        if isinstance(item, str):
-            _check_text(item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise serializers.ValidationError(
-                "Numbers must be finite (a value such as 1e400 overflows to infinity); "
-                "send large numbers as strings."
-            )
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                _check_text(str(key))
-                stack.append((child, depth + 1))
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
         elif isinstance(item, list):
             stack.extend((child, depth + 1) for child in item)
-
-
-def _check_text(text: str) -> None:
-    if "\x00" in text:
-        raise serializers.ValidationError("Strings must not contain NUL characters.")
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise serializers.ValidationError("Strings must not contain lone surrogates.") from exc
+        check_storable(value, "The value")
+    except ValueError as exc:
+        raise serializers.ValidationError(str(exc)) from exc
 
 
 # -- what clients send -----------------------------------------------------------------------
