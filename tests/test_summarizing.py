@@ -119,6 +119,14 @@ def test_get_storage_follows_settings_live() -> None:
     assert squad_memory.get_storage().trigger_at == 20
 
 
+def test_sizes_left_out_come_from_the_settings_and_arguments_win() -> None:
+    with override_settings(SQUAD_MEMORY={"TRIGGER_AT": 7, "KEEP_LAST": 3}):
+        built = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold)
+        assert (built.trigger_at, built.keep_last) == (7, 3)
+        given = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, 5, 0)
+        assert (given.trigger_at, given.keep_last) == (5, 0)
+
+
 # -- defect 1: a summarizer error never loses the raw message -----------------------------
 def test_defect1_summarizer_error_keeps_the_message_and_is_logged_then_retried() -> None:
     store = wrap()

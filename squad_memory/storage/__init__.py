@@ -22,9 +22,4 @@ __all__ = [
 def get_storage() -> SummarizingChatStorage:
     """The storage ``settings.SQUAD_MEMORY`` describes, over :class:`DjangoChatStorage`
     (built from the settings as they are now: cheap, and nothing to reset)."""
-    return SummarizingChatStorage(
-        DjangoChatStorage(),
-        app_settings.raw("SUMMARIZER"),
-        app_settings.trigger_at,
-        app_settings.keep_last,
-    )
+    return SummarizingChatStorage(DjangoChatStorage(), app_settings.raw("SUMMARIZER"))

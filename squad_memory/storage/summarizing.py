@@ -24,8 +24,9 @@ class SummarizingChatStorage(ChatStorageBase):
         storage: the inner store: :class:`DjangoChatStorage` or any agent-squad store.
         summarizer: ``(history, keep_last) -> list[ConversationMessage]``, sync or async,
             or its dotted path.
-        trigger_at: compress when the buffer holds more than this many message pairs.
-        keep_last: message pairs the summarizer keeps verbatim.
+        trigger_at: compress when the buffer holds more than this many message pairs
+            (None: ``TRIGGER_AT``).
+        keep_last: message pairs the summarizer keeps verbatim (None: ``KEEP_LAST``).
         mode: ``"inline"``, ``"celery"``, ``"tasks"`` or a dispatcher's dotted path.
         on_error: ``"record"`` logs a summarizer failure and keeps the save; ``"raise"``
             makes the save raise :class:`SummarizerError` after storing.
@@ -43,8 +44,8 @@ class SummarizingChatStorage(ChatStorageBase):
         self,
         storage: ChatStorage,
         summarizer: str | SummarizerFunc | Summarizer,
-        trigger_at: int = 20,
-        keep_last: int = 2,
+        trigger_at: int | None = None,
+        keep_last: int | None = None,
         *,
         mode: str | None = None,
         on_error: str | None = None,
@@ -56,8 +57,8 @@ class SummarizingChatStorage(ChatStorageBase):
         super().__init__()
         self._storage = storage
         limits = Limits(
-            trigger_at,
-            keep_last,
+            app_settings.trigger_at if trigger_at is None else trigger_at,
+            app_settings.keep_last if keep_last is None else keep_last,
             max_buffer_pairs or app_settings.max_buffer_pairs,
             trigger_tokens or app_settings.trigger_tokens,
             max_buffer_tokens or app_settings.max_buffer_tokens,
