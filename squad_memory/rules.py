@@ -186,14 +186,14 @@ def retain_days_problem(days: Any) -> str | None:
 
 
 def idempotency_ttl_problem(seconds: Any) -> str | None:
-    """Why ``IDEMPOTENCY_TTL`` cannot be applied, or None: seconds, at least 1 and at most
-    ``MAX_RETAIN_DAYS`` days (further back, the sweep's cutoff would overflow)."""
+    """Why ``IDEMPOTENCY_TTL`` cannot be applied, or None: seconds, from 0 (answers are not
+    replayed) to ``MAX_RETAIN_DAYS`` days (further back, the sweep's cutoff would overflow)."""
     number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
-    if number and 1 <= seconds <= MAX_RETAIN_DAYS * 86400:
+    if number and 0 <= seconds <= MAX_RETAIN_DAYS * 86400:
         return None
     return (
-        f"{SETTING_NAME}['IDEMPOTENCY_TTL'] must be a number of seconds of at least 1 and at "
-        f"most {MAX_RETAIN_DAYS * 86400} ({MAX_RETAIN_DAYS} days), not {seconds!r}."
+        f"{SETTING_NAME}['IDEMPOTENCY_TTL'] must be a number of seconds from 0 to "
+        f"{MAX_RETAIN_DAYS * 86400} ({MAX_RETAIN_DAYS} days), not {seconds!r}."
     )
 
 
