@@ -202,7 +202,9 @@ def test_slot_page_shows_until_when_a_failed_slot_backs_off(admin_client: Client
     slot = make_slot(4, active=True, last_failed=True)
     Slot.objects.filter(pk=slot.pk).update(retry_after=timezone.now() + timedelta(minutes=5))
     page = admin_client.get(url("slot_change", slot.pk)).content.decode()
-    field = page.split('fieldBox field-retry_after">')[1].split("</div>")[0]
+    found = re.search(r'field-retry_after">.*?<div class="readonly">(.*?)</div>', page, re.S)
+    assert found, "no retry_after field on the slot page"
+    field = page[found.start() : found.end()]
     shown = formats.localize(timezone.template_localtime(Slot.objects.get(pk=slot.pk).retry_after))
     assert "Retry after" in field and escape(shown) in field
 
