@@ -110,6 +110,24 @@ def test_fetch_all_chats_merges_agents_by_time_with_prefixes() -> None:
     assert texts(store.fetch_all_chats_sync("u", "s")) == ["q1", "[tech] a1", "q2", "[travel] a2"]
 
 
+def test_fetch_all_chats_keeps_each_slots_order_when_its_clock_steps_back() -> None:
+    """Two concurrent saves stamp their time, then queue for the slot's lock: the later
+    row may hold the earlier time. The merge never puts it before the slot's earlier row."""
+    store = DjangoChatStorage()
+    store.save_chat_messages_sync("u", "s", "tech", [msg("user", "q1"), msg("assistant", "a1")])
+    store.save_chat_messages_sync("u", "s", "travel", [msg("user", "q2"), msg("assistant", "a2")])
+    tech = Message.objects.filter(slot__agent_id="tech")
+    tech.filter(seq=1).update(timestamp=1000)
+    tech.filter(seq=2).update(timestamp=990)  # stamped first, stored second
+    Message.objects.filter(slot__agent_id="travel").update(timestamp=995)
+    # By the clock alone: a1 (990), q2, a2 (995), q1 (1000): tech's answer before its question.
+    assert texts(store.fetch_all_chats_sync("u", "s")) == ["q2", "[travel] a2", "q1", "[tech] a1"]
+    tech.filter(seq=1).update(timestamp=900)
+    assert texts(store.fetch_all_chats_sync("u", "s")) == ["q1", "[tech] a1", "q2", "[travel] a2"]
+    tech.update(timestamp=999)
+    assert texts(store.fetch_all_chats_sync("u", "s")) == ["q2", "[travel] a2", "q1", "[tech] a1"]
+
+
 def test_returned_lists_are_fresh() -> None:
     store = DjangoChatStorage()
     out = store.save_chat_message_sync("u", "s", "a", msg("user", "keep"))

@@ -8,6 +8,8 @@ commands and the sweep save, fetch, compress and reset through it.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -54,14 +56,23 @@ class Journal:
         return None
 
     def fetch_all(self, user_id: str, session_id: str) -> list[ConversationMessage]:
-        """Every agent's visible messages of a session by time (stable); an assistant
-        message's content becomes one block ``[agent_id] <its first block>``."""
+        """Every agent's visible messages of a session merged by time (stable), each slot's
+        in its own order; an assistant message's content becomes one block ``[agent_id]
+        <its first block>``. (Concurrent saves stamp their time before they take the slot's
+        lock, so a slot's timestamps may step back: its order is its sequence, never the
+        clock's.)"""
         rows = Message.objects.using(Slot.objects.write_db()).filter(
             slot__namespace=self.namespace, slot__user_id=user_id, slot__session_id=session_id
         )
-        ordered = rows.visible().order_by("timestamp", "slot_id", "seq")
-        values = ordered.values("role", "content", "citations", "slot__agent_id")
-        return to_messages([_with_agent_prefix(row) for row in values])
+        ordered = rows.visible().order_by("slot_id", "seq")
+        values = ordered.values("role", "content", "citations", "timestamp", "slot__agent_id")
+        slots = [list(one) for _, one in itertools.groupby(values, key=_agent)]
+        merged = heapq.merge(*slots, key=lambda row: row["timestamp"])
+        return to_messages([_with_agent_prefix(row) for row in merged])
+
+
+def _agent(row: Mapping[str, Any]) -> str:
+    return str(row["slot__agent_id"])
 
 
 def _with_agent_prefix(row: Mapping[str, Any]) -> MessageDict:
