@@ -12,6 +12,7 @@ import heapq
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Literal
 
 from agent_squad.types import ConversationMessage
@@ -65,14 +66,12 @@ class Journal:
             slot__namespace=self.namespace, slot__user_id=user_id, slot__session_id=session_id
         )
         ordered = rows.visible().order_by("slot_id", "seq")
-        values = ordered.values("role", "content", "citations", "timestamp", "slot__agent_id")
-        slots = [list(one) for _, one in itertools.groupby(values, key=_agent)]
-        merged = heapq.merge(*slots, key=lambda row: row["timestamp"])
+        values = ordered.values(
+            "role", "content", "citations", "timestamp", "slot_id", "slot__agent_id"
+        )
+        slots = [list(one) for _, one in itertools.groupby(values, key=itemgetter("slot_id"))]
+        merged = heapq.merge(*slots, key=itemgetter("timestamp"))
         return to_messages([_with_agent_prefix(row) for row in merged])
-
-
-def _agent(row: Mapping[str, Any]) -> str:
-    return str(row["slot__agent_id"])
 
 
 def _with_agent_prefix(row: Mapping[str, Any]) -> MessageDict:
