@@ -64,9 +64,7 @@ docs: install
 	@echo "The documentation is in $(DOCS_DIR)/index.html"
 
 lint: install
-	$(BIN)/ruff check squad_memory project tests bench
-	$(BIN)/mypy squad_memory
-	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports
+	VENV=$(VENV) bash scripts/run-tests.sh lint
 
 ## Everything install, the tests, the demo and the benchmarks leave behind: the environments,
 ## build/ (the documentation site too) and *.egg-info (the editable install's), var/, caches, and the benchmarks' work

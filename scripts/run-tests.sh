@@ -42,8 +42,9 @@ find_python312() {  # the first candidate that really runs Python 3.12 (pyenv sh
 want() { [[ "$PASSES" == " all " || "$PASSES" == *" $1 "* ]]; }
 
 if want lint; then
-  echo "=== ruff, mypy (strict) and the import layers ==="
+  echo "=== ruff (lint and format), mypy (strict) and the import layers ==="
   "$VENV/bin/ruff" check squad_memory project tests bench || failed=1
+  "$VENV/bin/ruff" format --check squad_memory project tests bench || failed=1
   "$VENV/bin/mypy" squad_memory || failed=1
   PYTHONPATH=$PWD "$VENV/bin/lint-imports" || failed=1
 fi

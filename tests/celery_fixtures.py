@@ -95,5 +95,3 @@ def queued_args(client: Any) -> list[list[Any]]:
         assert message["headers"]["task"] == "squad_memory.tasks.summarize_slot"
         found.append(json.loads(base64.b64decode(message["body"]))[0])
     return found
-
-

@@ -47,7 +47,9 @@ class Gate:
         self.calls = 0
         self._lock = threading.Lock()
 
-    def __call__(self, history: list[ConversationMessage], keep_last: int) -> list[ConversationMessage]:
+    def __call__(
+        self, history: list[ConversationMessage], keep_last: int
+    ) -> list[ConversationMessage]:
         with self._lock:
             self.active += 1
             self.calls += 1
@@ -88,7 +90,9 @@ def compress_many_times(summarizer: Any, times: int = 10) -> list[ConversationMe
         role = "user" if turn % 2 == 0 else "assistant"
         if role == "user":  # as the orchestrator does: the first fetch over 3 pairs activates
             storage.fetch_chat_sync("u", "s", "a")
-        storage.save_chat_message_sync("u", "s", "a", ConversationMessage(role, [{"text": long_text(turn)}]))
+        storage.save_chat_message_sync(
+            "u", "s", "a", ConversationMessage(role, [{"text": long_text(turn)}])
+        )
         turn += 1
     refused = list(Compression.objects.exclude(outcome="applied").values_list("outcome", "error"))
     assert not refused and Compression.objects.count() >= times, refused

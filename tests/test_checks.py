@@ -76,7 +76,7 @@ def test_import_callable_names_the_setting() -> None:
         override_settings(SQUAD_MEMORY={"SUMMARIZER": "nowhere.fn"}),
         pytest.raises(ImproperlyConfigured, match="SUMMARIZER"),
     ):
-            app_settings.import_callable("SUMMARIZER")
+        app_settings.import_callable("SUMMARIZER")
 
 
 @pytest.mark.django_db

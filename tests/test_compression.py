@@ -131,7 +131,10 @@ def test_the_log_records_what_a_compression_read_by_reference() -> None:
     raw = [m.as_dict() for m in Message.objects.filter(slot=slot).order_by("seq")]
     for row in rows:
         before = log.input_of(row)
-        span = [{k: m[k] for k in ("role", "content", "citations")} for m in raw[row.from_seq - 1 : row.to_seq]]
+        span = [
+            {k: m[k] for k in ("role", "content", "citations")}
+            for m in raw[row.from_seq - 1 : row.to_seq]
+        ]
         previous = log.output_of(row.previous) if row.previous else []
         assert before == previous + span
         assert len(row.output or []) < len(log.output_of(row) or [])  # kept messages by reference

@@ -273,12 +273,16 @@ def test_fragment_runs_as_written(
         assert namespace["response"].output.role == "assistant"
 
 
-CHECK_IDS = set(re.findall(r"squad_memory\.[EW]\d{3}", (ROOT / "docs/reference/checks.md").read_text()))
+CHECK_IDS = set(
+    re.findall(r"squad_memory\.[EW]\d{3}", (ROOT / "docs/reference/checks.md").read_text())
+)
 
 
 def check_squad_memory_settings(value: dict[str, Any]) -> None:
     with override_settings(SQUAD_MEMORY=value):
-        problems = [m for m in checks.run_checks(databases=[]) if (m.id or "").startswith("squad_memory")]
+        problems = [
+            m for m in checks.run_checks(databases=[]) if (m.id or "").startswith("squad_memory")
+        ]
         assert not [p for p in problems if p.level >= checks.ERROR], problems
         assert not [p for p in problems if p.id == "squad_memory.W001"], problems  # no typo
         storage = squad_memory.get_storage()
@@ -392,9 +396,22 @@ def commands(code: str) -> Iterator[list[str]]:
 
 
 MAKE_TARGETS = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
-EXTRAS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
-COMMON_OPTIONS = {"-h", "--help", "--version", "-v", "--verbosity", "--settings", "--pythonpath",
-                  "--traceback", "--no-color", "--force-color", "--skip-checks"}
+EXTRAS = set(
+    tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+)
+COMMON_OPTIONS = {
+    "-h",
+    "--help",
+    "--version",
+    "-v",
+    "--verbosity",
+    "--settings",
+    "--pythonpath",
+    "--traceback",
+    "--no-color",
+    "--force-color",
+    "--skip-checks",
+}
 
 
 def options_of(command: str) -> set[str]:

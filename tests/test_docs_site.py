@@ -59,7 +59,7 @@ def test_every_setting_is_documented_with_its_type_default_and_effect() -> None:
     top = {name for name, key in rows if key is None}
     assert top == set(DEFAULTS), (set(DEFAULTS) - top, top - set(DEFAULTS))
     llm = {key for name, key in rows if name == "LLM" and key is not None}
-    assert llm == set(DEFAULTS["LLM"]), (set(DEFAULTS["LLM"]) ^ llm)
+    assert llm == set(DEFAULTS["LLM"]), set(DEFAULTS["LLM"]) ^ llm
     for (name, key), (kind, default, effect) in rows.items():
         value = DEFAULTS[name] if key is None else DEFAULTS[name][key]
         assert kind and len(effect) > 10, (name, key)
@@ -72,8 +72,19 @@ def test_every_setting_is_documented_with_its_type_default_and_effect() -> None:
 
 # -- management commands ---------------------------------------------------------------
 OWN_COMMANDS = sorted(c for c, app in get_commands().items() if app == "squad_memory")
-COMMON = {"-h", "--help", "--version", "-v", "--verbosity", "--settings", "--pythonpath",
-          "--traceback", "--no-color", "--force-color", "--skip-checks"}
+COMMON = {
+    "-h",
+    "--help",
+    "--version",
+    "-v",
+    "--verbosity",
+    "--settings",
+    "--pythonpath",
+    "--traceback",
+    "--no-color",
+    "--force-color",
+    "--skip-checks",
+}
 
 
 def test_the_commands_are_found() -> None:
@@ -163,7 +174,18 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site as ``make docs`` builds it: offline, warnings as errors."""
     out = tmp_path_factory.mktemp("site")
     done = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out)],
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            "html",
+            str(DOCS),
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=600,

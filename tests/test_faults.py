@@ -31,7 +31,9 @@ pytest_plugins = ["tests.celery_fixtures"]
 KEY = ("u", "s", "a")
 
 
-def wrap(summarizer: Any = summarizers.fold, trigger_at: int = 2, **kw: Any) -> SummarizingChatStorage:
+def wrap(
+    summarizer: Any = summarizers.fold, trigger_at: int = 2, **kw: Any
+) -> SummarizingChatStorage:
     return SummarizingChatStorage(DjangoChatStorage(), summarizer, trigger_at, 1, **kw)
 
 

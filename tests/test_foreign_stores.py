@@ -46,7 +46,10 @@ async def dynamodb(tmp_path: Path) -> AsyncIterator[ChatStorage]:
     with mock_aws():
         boto3.client("dynamodb", region_name="us-east-1").create_table(
             TableName="chats",
-            KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
+            KeySchema=[
+                {"AttributeName": "PK", "KeyType": "HASH"},
+                {"AttributeName": "SK", "KeyType": "RANGE"},
+            ],
             AttributeDefinitions=[
                 {"AttributeName": "PK", "AttributeType": "S"},
                 {"AttributeName": "SK", "AttributeType": "S"},
@@ -101,8 +104,14 @@ def test_wrapper_over_agent_squad_stores(name: str, tmp_path: Path) -> None:
     assert seen["raw"] == [t for i in range(5) for t in (f"q{i}", f"[a] a{i}")]
     assert Compression.objects.filter(outcome="failed").count() == 1
     slot = Slot.objects.get()
-    assert slot.namespace == {"in_memory": "InMemoryChatStorage", "libsql": "SqlChatStorage",
-                              "dynamodb": "DynamoDbChatStorage"}[name]
+    assert (
+        slot.namespace
+        == {
+            "in_memory": "InMemoryChatStorage",
+            "libsql": "SqlChatStorage",
+            "dynamodb": "DynamoDbChatStorage",
+        }[name]
+    )
 
 
 def test_sync_methods_work_over_a_foreign_store() -> None:
@@ -129,7 +138,9 @@ class LateWriteStore(InMemoryChatStorage):
 
     wrapper: SummarizingChatStorage | None = None
 
-    async def fetch_chat(self, user_id: str, session_id: str, agent_id: str, max_history_size: Any = None) -> Any:
+    async def fetch_chat(
+        self, user_id: str, session_id: str, agent_id: str, max_history_size: Any = None
+    ) -> Any:
         before = await super().fetch_chat(user_id, session_id, agent_id)
         if self.wrapper is not None:
             wrapper, self.wrapper = self.wrapper, None

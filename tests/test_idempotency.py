@@ -84,8 +84,18 @@ def test_purge_expired_and_the_sweep_delete_old_keys() -> None:
 
 @pytest.mark.parametrize(
     ("ttl", "ok"),
-    [(86400, True), (1, True), (0.5, True), (0, True), (-1, False), ("3600", False),
-     (True, False), (1e12, False), (float("inf"), False), (float("nan"), False)],
+    [
+        (86400, True),
+        (1, True),
+        (0.5, True),
+        (0, True),
+        (-1, False),
+        ("3600", False),
+        (True, False),
+        (1e12, False),
+        (float("inf"), False),
+        (float("nan"), False),
+    ],
 )
 def test_idempotency_ttl_is_checked_and_the_sweep_refuses_one_out_of_range(
     ttl: Any, ok: bool
@@ -154,11 +164,18 @@ def test_forgetting_a_user_deletes_their_answers_and_counts_them(users: Users) -
 def test_the_migration_ties_stored_answers_to_their_slots() -> None:
     migration = importlib.import_module("squad_memory.migrations.0007_erasure_and_backoff")
     slot = Slot.objects.create(user_id="u", session_id="s", agent_id="a")
-    for key, body in (("tied", {"slot": {"id": slot.pk}}), ("gone", {"slot": {"id": 0}}), ("x", [])):
+    for key, body in (
+        ("tied", {"slot": {"id": slot.pk}}),
+        ("gone", {"slot": {"id": 0}}),
+        ("x", []),
+    ):
         IdempotencyKey.objects.create(
             user="1", key=key, request_hash="h", status=201, body=body, created_at=timezone.now()
         )
     migration.tie_answers_to_slots(apps, SimpleNamespace(connection=connection))
-    assert dict(IdempotencyKey.objects.values_list("key", "slot_id")) == {"tied": slot.pk, "x": None}
+    assert dict(IdempotencyKey.objects.values_list("key", "slot_id")) == {
+        "tied": slot.pk,
+        "x": None,
+    }
     slot.delete()
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["x"]

@@ -183,12 +183,19 @@ def test_export_into_a_pipe_that_closes_early_ends_quietly(tmp_path: Path) -> No
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SQUAD_MEMORY", "DATABASE"))}
     env.update(DATABASE_URL=f"sqlite:///{tmp_path}/db.sqlite3", SQUAD_MEMORY_VAR_DIR=str(tmp_path))
     words = " ".join(["padding"] * 20)
-    path = write(tmp_path, [line("u", "s", "a", ("user", "assistant")[i % 2], f"m{i} {words}") for i in range(3000)])
+    path = write(
+        tmp_path,
+        [line("u", "s", "a", ("user", "assistant")[i % 2], f"m{i} {words}") for i in range(3000)],
+    )
     for command in (["migrate", "-v0"], ["squad_memory_import", path, "--quiet"]):
         subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True)
     done = subprocess.run(
         ["bash", "-c", f'"{sys.executable}" manage.py squad_memory_export | head -n 3'],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 3
     assert json.loads(done.stdout.splitlines()[0])["content"][0]["text"].startswith("m0 ")

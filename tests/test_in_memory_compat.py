@@ -39,7 +39,9 @@ def test_string_content_is_refused_where_in_memory_returns_the_string_as_given()
     (fetched,) = asyncio.run(memory.fetch_chat("u", "s", "a"))
     assert fetched.content == "Hello"  # not [{"text": "Hello"}]: normalizing would not match
     with pytest.raises(InvalidMessage, match="list of block dicts"):
-        DjangoChatStorage().save_chat_message_sync("u", "s", "a", ConversationMessage("user", "Hello"))
+        DjangoChatStorage().save_chat_message_sync(
+            "u", "s", "a", ConversationMessage("user", "Hello")
+        )
     assert not Message.objects.exists() and not Slot.objects.exists()
 
 
@@ -54,15 +56,26 @@ def test_string_content_is_refused_where_in_memory_returns_the_string_as_given()
     ],
 )
 @pytest.mark.parametrize("make", [DjangoChatStorage, summarizing])
-def test_fetch_all_chats_names_a_first_block_that_is_not_text(make: Any, block: dict[str, Any], shown: str) -> None:
+def test_fetch_all_chats_names_a_first_block_that_is_not_text(
+    make: Any, block: dict[str, Any], shown: str
+) -> None:
     store = make()
-    store.save_chat_messages_sync("u", "s", "a1", [msg("user", "weather?"), ConversationMessage("assistant", [block, {"text": "after"}])])
+    store.save_chat_messages_sync(
+        "u",
+        "s",
+        "a1",
+        [msg("user", "weather?"), ConversationMessage("assistant", [block, {"text": "after"}])],
+    )
     assert texts(store.fetch_all_chats_sync("u", "s")) == ["weather?", shown]
 
 
 def test_in_memory_fails_on_a_first_block_that_is_not_text() -> None:
     memory = InMemoryChatStorage()
-    asyncio.run(memory.save_chat_messages("u", "s", "a1", [msg("user", "q"), ConversationMessage("assistant", [TOOL_USE])]))
+    asyncio.run(
+        memory.save_chat_messages(
+            "u", "s", "a1", [msg("user", "q"), ConversationMessage("assistant", [TOOL_USE])]
+        )
+    )
     with pytest.raises(KeyError):
         asyncio.run(memory.fetch_all_chats("u", "s"))
 
@@ -92,7 +105,9 @@ def test_enum_and_string_roles_are_one_role_and_come_back_as_strings() -> None:
     """InMemory compares the values as given: USER then "user" are two roles there."""
     memory, store = InMemoryChatStorage(), DjangoChatStorage()
     for storage in (memory, store):
-        asyncio.run(storage.save_chat_message("u", "s", "a", ConversationMessage(USER, [{"text": "one"}])))
+        asyncio.run(
+            storage.save_chat_message("u", "s", "a", ConversationMessage(USER, [{"text": "one"}]))
+        )
         asyncio.run(storage.save_chat_message("u", "s", "a", msg("user", "two")))
     assert texts(asyncio.run(memory.fetch_chat("u", "s", "a"))) == ["one", "two"]
     (only,) = store.fetch_chat_sync("u", "s", "a")
@@ -101,7 +116,10 @@ def test_enum_and_string_roles_are_one_role_and_come_back_as_strings() -> None:
 
 def test_enum_assistant_roles_get_the_agent_prefix() -> None:
     """InMemory prefixes only the string "assistant"; the stored role here is always a string."""
-    messages = [ConversationMessage(USER, [{"text": "q"}]), ConversationMessage(ASSISTANT, [{"text": "a"}])]
+    messages = [
+        ConversationMessage(USER, [{"text": "q"}]),
+        ConversationMessage(ASSISTANT, [{"text": "a"}]),
+    ]
     memory, store = InMemoryChatStorage(), DjangoChatStorage()
     asyncio.run(memory.save_chat_messages("u", "s", "a1", messages))
     store.save_chat_messages_sync("u", "s", "a1", messages)
@@ -136,9 +154,20 @@ def test_a_negative_size_keeps_everything_where_in_memory_drops_the_oldest(size:
 BAD_IDS = [("x" * 256, "s"), ("u", "x" * 256), ("", "s"), ("u", None), ("u\x00", "s")]
 
 
-@pytest.mark.parametrize("make", [DjangoChatStorage, summarizing, lambda: SummarizingChatStorage(InMemoryChatStorage(), "squad_memory.summarizers.offline.summarize")])
+@pytest.mark.parametrize(
+    "make",
+    [
+        DjangoChatStorage,
+        summarizing,
+        lambda: SummarizingChatStorage(
+            InMemoryChatStorage(), "squad_memory.summarizers.offline.summarize"
+        ),
+    ],
+)
 @pytest.mark.parametrize("user_id,session_id", BAD_IDS)
-def test_fetch_all_chats_refuses_the_ids_fetch_chat_refuses(make: Any, user_id: Any, session_id: Any) -> None:
+def test_fetch_all_chats_refuses_the_ids_fetch_chat_refuses(
+    make: Any, user_id: Any, session_id: Any
+) -> None:
     store = make()
     with pytest.raises(InvalidSlotKey):
         store.fetch_chat_sync(user_id, session_id, "a")

@@ -24,7 +24,11 @@ ROLES = ("user", "assistant")
 def batch(first_role: str, count: int, text: str = "m") -> list[dict[str, Any]]:
     start = ROLES.index(first_role)
     return [
-        {"role": ROLES[(start + i) % 2], "content": [{"text": f"{text}{i} é\u2028"}], "citations": None}
+        {
+            "role": ROLES[(start + i) % 2],
+            "content": [{"text": f"{text}{i} é\u2028"}],
+            "citations": None,
+        }
         for i in range(count)
     ]
 
@@ -65,7 +69,9 @@ saves = st.lists(
 
 
 @pytest.mark.skipif(connection.vendor not in append.SQL_VENDORS, reason="the twin runs alone")
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=saves)
 def test_the_statements_and_their_python_twin_decide_the_same(twin: Any, ops: list[Any]) -> None:
     Slot.objects.all().delete()
@@ -84,7 +90,9 @@ def test_the_statements_and_their_python_twin_decide_the_same(twin: Any, ops: li
 
 
 @pytest.mark.skipif(connection.vendor not in append.SQL_VENDORS, reason="the twin runs alone")
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     length=st.integers(1, 12),
     trim=st.integers(0, 12),
@@ -111,7 +119,7 @@ def test_the_read_statement_and_its_twin_read_the_same(
 
 CONTENT = [
     {"text": "plain"},
-    {"text": "é中文\u2028\u00a0 \"quoted\" \\ back"},
+    {"text": 'é中文\u2028\u00a0 "quoted" \\ back'},
     {"toolUse": {"name": "f", "input": {"n": 1e-7, "big": 2**53 + 1, "flag": True, "none": None}}},
 ]
 
@@ -122,7 +130,11 @@ def test_a_save_stores_json_as_the_orm_stores_it() -> None:
         ("u", "s", "a"), [{"role": "assistant", "content": CONTENT, "citations": [{"url": "é"}]}]
     )
     orm = Message.objects.create(
-        slot=saved.slot, seq=99, role="assistant", content=CONTENT, citations=[{"url": "é"}],
+        slot=saved.slot,
+        seq=99,
+        role="assistant",
+        content=CONTENT,
+        citations=[{"url": "é"}],
         timestamp=1,
     )
     with connection.cursor() as cursor:

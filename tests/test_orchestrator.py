@@ -29,8 +29,12 @@ class EchoAgent(Agent):
         self.histories: list[list[str]] = []
 
     async def process_request(
-        self, input_text: str, user_id: str, session_id: str,
-        chat_history: list[ConversationMessage], additional_params: Any = None,
+        self,
+        input_text: str,
+        user_id: str,
+        session_id: str,
+        chat_history: list[ConversationMessage],
+        additional_params: Any = None,
     ) -> ConversationMessage:
         self.histories.append([m.content[0]["text"] for m in chat_history])
         return ConversationMessage("assistant", [{"text": f"{self.id} answers {input_text}"}])
@@ -44,7 +48,9 @@ class KeywordClassifier(Classifier):
         self.tech, self.travel = tech, travel
         self.history_lengths: list[int] = []
 
-    async def process_request(self, input_text: str, chat_history: list[ConversationMessage]) -> ClassifierResult:
+    async def process_request(
+        self, input_text: str, chat_history: list[ConversationMessage]
+    ) -> ClassifierResult:
         self.history_lengths.append(len(chat_history))
         agent = self.travel if "flight" in input_text else self.tech
         return ClassifierResult(selected_agent=agent, confidence=1.0)
@@ -53,11 +59,15 @@ class KeywordClassifier(Classifier):
 def test_orchestrator_sees_compressed_buffers_and_raw_history_is_whole() -> None:
     tech, travel = EchoAgent("Tech Agent"), EchoAgent("Travel Agent")
     classifier = KeywordClassifier(tech, travel)
-    storage = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, trigger_at=5, keep_last=2)
+    storage = SummarizingChatStorage(
+        DjangoChatStorage(), summarizers.fold, trigger_at=5, keep_last=2
+    )
     squad = AgentSquad(storage=storage, classifier=classifier, options={"LOG_EXECUTIONS": False})
     squad.add_agent(tech)
     squad.add_agent(travel)
-    questions = [f"flight question {i}" if i % 3 == 0 else f"laptop question {i}" for i in range(66)]
+    questions = [
+        f"flight question {i}" if i % 3 == 0 else f"laptop question {i}" for i in range(66)
+    ]
 
     async def talk() -> list[Any]:
         return [await squad.route_request(q, "user-1", "session-1") for q in questions]
@@ -78,9 +88,13 @@ def test_orchestrator_sees_compressed_buffers_and_raw_history_is_whole() -> None
 def talk_to_one_agent(turns: int, session: str, **options: Any) -> list[ConversationMessage]:
     """``turns`` turns through a real AgentSquad with one agent; then ``fetch_all_chats``."""
     agent = EchoAgent("Tech Agent")
-    storage = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, trigger_at=5, keep_last=2)
+    storage = SummarizingChatStorage(
+        DjangoChatStorage(), summarizers.fold, trigger_at=5, keep_last=2
+    )
     squad = AgentSquad(
-        storage=storage, classifier=KeywordClassifier(agent, agent), options={"LOG_EXECUTIONS": False, **options}
+        storage=storage,
+        classifier=KeywordClassifier(agent, agent),
+        options={"LOG_EXECUTIONS": False, **options},
     )
     squad.add_agent(agent)
 
@@ -98,7 +112,9 @@ def test_agent_squad_keeps_max_message_pairs_per_agent_in_fetch_all_chats() -> N
     merged = talk_to_one_agent(60, "default")
     assert len(merged) == 100 and merged[0].content[0]["text"] == "laptop question 10"
     stored = Message.objects.filter(slot__session_id="default")
-    assert stored.count() == 120 and stored.trimmed().count() == 20 == 120 - stored.visible().count()
+    assert (
+        stored.count() == 120 and stored.trimmed().count() == 20 == 120 - stored.visible().count()
+    )
     assert stored.order_by("seq").first().is_trimmed  # type: ignore[union-attr]
     out = io.StringIO()
     assert transfer.export(out, session_id="default") == 120  # the export has them all

@@ -18,7 +18,17 @@ import squad_memory
 from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCAL = (".git", ".venv*", "var", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "test-artifacts")
+LOCAL = (
+    ".git",
+    ".venv*",
+    "var",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    "test-artifacts",
+)
 
 
 @pytest.fixture
@@ -98,7 +108,14 @@ def test_sdist_builds_the_same_wheel_with_license_and_classifiers(
     assert "Keywords: " in text and "agent-squad" in text
 
 
-LEFTOVERS = (".venv/bin", ".venv-django6", "build/lib", "squad_memory.egg-info", "var", "bench/.work/quick")
+LEFTOVERS = (
+    ".venv/bin",
+    ".venv-django6",
+    "build/lib",
+    "squad_memory.egg-info",
+    "var",
+    "bench/.work/quick",
+)
 
 
 def make_clean(checkout: Path, bench_url: str) -> subprocess.CompletedProcess[str]:
@@ -106,7 +123,11 @@ def make_clean(checkout: Path, bench_url: str) -> subprocess.CompletedProcess[st
     shutil.copy(ROOT / "Makefile", checkout)
     return subprocess.run(
         ["make", "-s", "clean", f"BENCH_DATABASE_URL={bench_url}"],
-        cwd=checkout, capture_output=True, text=True, timeout=60, check=True,
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
 
 

@@ -155,10 +155,16 @@ def test_the_api_posts_with_an_idempotency_key_in_a_database_of_its_own(
     client = Client()
     client.force_login(user)
     own_database.begun.clear()  # type: ignore[attr-defined]
-    body = {"session_id": "s", "agent_id": "a", "message": {"role": "user", "content": [{"text": "hi"}]}}
+    body = {
+        "session_id": "s",
+        "agent_id": "a",
+        "message": {"role": "user", "content": [{"text": "hi"}]},
+    }
     for _ in range(2):
         response = client.post(
-            "/api/slots/messages/", json.dumps(body), content_type="application/json",
+            "/api/slots/messages/",
+            json.dumps(body),
+            content_type="application/json",
             HTTP_IDEMPOTENCY_KEY="key-1",
         )
         assert response.status_code == 201, response.content

@@ -73,7 +73,7 @@ class Model:
 
     def fetch(self, size: int | None) -> list[ConversationMessage]:
         if self.buffer is None:
-            visible = self.raw[self.visible_from:]
+            visible = self.raw[self.visible_from :]
             if len(self.raw) <= 2 * TRIGGER_AT:  # activation judges the whole history
                 return trim(visible, size)
             self.buffer = list(visible)
@@ -148,7 +148,9 @@ class StorageMachine(RuleBasedStateMachine):
             assert slot is None or not slot.active
         else:
             assert slot is not None and slot.active
-            assert [(m["role"], m["content"][0]["text"]) for m in buffer_of(slot)] == pairs(self.model.buffer)
+            assert [(m["role"], m["content"][0]["text"]) for m in buffer_of(slot)] == pairs(
+                self.model.buffer
+            )
 
     def teardown(self) -> None:
         summarizers.FLAKY["fail"] = False

@@ -76,7 +76,9 @@ def test_role_rule_skips_a_repeated_role_and_returns_the_conversation() -> None:
 
 def test_enum_roles_are_stored_as_plain_strings() -> None:
     store = DjangoChatStorage()
-    store.save_chat_message_sync("u", "s", "a", ConversationMessage(ParticipantRole.USER, [{"text": "x"}]))
+    store.save_chat_message_sync(
+        "u", "s", "a", ConversationMessage(ParticipantRole.USER, [{"text": "x"}])
+    )
     assert Message.objects.get().role == "user"
     assert store.fetch_chat_sync("u", "s", "a")[0].role == "user"
 
@@ -84,7 +86,9 @@ def test_enum_roles_are_stored_as_plain_strings() -> None:
 def test_trimmed_messages_stay_in_the_database_marked() -> None:
     store = DjangoChatStorage()
     for i in range(5):
-        store.save_chat_messages_sync("u", "s", "a", [msg("user", f"q{i}"), msg("assistant", f"a{i}")])
+        store.save_chat_messages_sync(
+            "u", "s", "a", [msg("user", f"q{i}"), msg("assistant", f"a{i}")]
+        )
     store.save_chat_message_sync("u", "s", "a", msg("user", "last"), max_history_size=3)
     assert texts(store.fetch_chat_sync("u", "s", "a")) == ["a4", "last"]
     rows = list(Message.objects.select_related("slot").order_by("seq"))
@@ -96,7 +100,9 @@ def test_trimmed_messages_stay_in_the_database_marked() -> None:
 @pytest.mark.parametrize("size,expected", [(None, 6), (0, 6), (1, 6), (2, 2), (3, 2), (4, 4)])
 def test_fetch_trims_with_even_rounding(size: int | None, expected: int) -> None:
     store = DjangoChatStorage()
-    store.save_chat_messages_sync("u", "s", "a", [msg(r, str(i)) for i, r in enumerate(["user", "assistant"] * 3)])
+    store.save_chat_messages_sync(
+        "u", "s", "a", [msg(r, str(i)) for i, r in enumerate(["user", "assistant"] * 3)]
+    )
     assert len(store.fetch_chat_sync("u", "s", "a", size)) == expected
 
 
@@ -149,7 +155,9 @@ def test_server_timestamps_in_ms() -> None:
 def test_tool_blocks_and_citations_round_trip() -> None:
     store = DjangoChatStorage()
     blocks = [{"toolUse": {"toolUseId": "t1", "name": "weather", "input": {"city": "Paris"}}}]
-    store.save_chat_message_sync("u", "s", "a", ConversationMessage("assistant", blocks, citations=[{"url": "x"}]))
+    store.save_chat_message_sync(
+        "u", "s", "a", ConversationMessage("assistant", blocks, citations=[{"url": "x"}])
+    )
     out = store.fetch_chat_sync("u", "s", "a")
     assert out[0].content == blocks and out[0].citations == [{"url": "x"}]
 
@@ -176,7 +184,9 @@ def test_bad_messages_raise_a_clear_error_and_store_nothing(bad: Any) -> None:
     assert Message.objects.count() == 0 and Slot.objects.count() == 0
 
 
-@pytest.mark.parametrize("key", [("", "s", "a"), ("u", None, "a"), ("u", "s", "x" * 256), ("u\x00", "s", "a")])
+@pytest.mark.parametrize(
+    "key", [("", "s", "a"), ("u", None, "a"), ("u", "s", "x" * 256), ("u\x00", "s", "a")]
+)
 def test_bad_ids_raise_a_clear_error(key: tuple[Any, Any, Any]) -> None:
     with pytest.raises(InvalidSlotKey):
         DjangoChatStorage().save_chat_message_sync(*key, msg("user", "x"))
@@ -221,7 +231,9 @@ def test_history_survives_a_new_instance() -> None:
 )
 def test_content_that_cannot_be_stored_as_json_is_refused(content: list[Any]) -> None:
     with pytest.raises(InvalidMessage):
-        DjangoChatStorage().save_chat_message_sync("u", "s", "a", ConversationMessage("user", content))
+        DjangoChatStorage().save_chat_message_sync(
+            "u", "s", "a", ConversationMessage("user", content)
+        )
     assert not Message.objects.exists()
 
 

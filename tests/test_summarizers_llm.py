@@ -367,8 +367,15 @@ def test_the_token_budget_from_settings(llm: FakeLLM) -> None:
     from squad_memory.summarizers.llm import from_settings
 
     llm.replies = [Reply(body=completion("From settings."))]
-    config = {"LLM": {"BASE_URL": f"{llm.url}/v1", "API_KEY": "k", "MODEL": "m", "MAX_RETRIES": 0,
-                      "SUMMARY_TOKENS": 120}}
+    config = {
+        "LLM": {
+            "BASE_URL": f"{llm.url}/v1",
+            "API_KEY": "k",
+            "MODEL": "m",
+            "MAX_RETRIES": 0,
+            "SUMMARY_TOKENS": 120,
+        }
+    }
     with override_settings(SQUAD_MEMORY=config):
         from_settings()(conversation(8), 1)
     assert llm.requests[0]["json"]["max_tokens"] == 120

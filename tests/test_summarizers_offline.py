@@ -20,7 +20,10 @@ from tests.conftest import extra, msg, texts
 
 def conversation(n: int, tag: str = "m") -> list[Any]:
     return [
-        msg("user" if i % 2 == 0 else "assistant", f"{tag}{i} first sentence. {tag}{i} second, which the summary leaves out.")
+        msg(
+            "user" if i % 2 == 0 else "assistant",
+            f"{tag}{i} first sentence. {tag}{i} second, which the summary leaves out.",
+        )
         for i in range(n)
     ]
 

@@ -25,7 +25,9 @@ from tests.conftest import msg, texts
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def wrap(summarizer: Any = summarizers.fold, trigger_at: int = 2, keep_last: int = 1, **kw: Any) -> SummarizingChatStorage:
+def wrap(
+    summarizer: Any = summarizers.fold, trigger_at: int = 2, keep_last: int = 1, **kw: Any
+) -> SummarizingChatStorage:
     return SummarizingChatStorage(DjangoChatStorage(), summarizer, trigger_at, keep_last, **kw)
 
 
@@ -36,11 +38,15 @@ def turns(store: SummarizingChatStorage, start: int, count: int, agent: str = "a
 
 
 def raw(agent: str = "a") -> list[str]:
-    return [m.content[0]["text"] for m in Message.objects.filter(slot__agent_id=agent).order_by("seq")]
+    return [
+        m.content[0]["text"] for m in Message.objects.filter(slot__agent_id=agent).order_by("seq")
+    ]
 
 
 def test_is_a_real_chat_storage_with_agent_squad_constructor_names() -> None:
-    store = SummarizingChatStorage(storage=DjangoChatStorage(), summarizer=summarizers.fold, trigger_at=20, keep_last=2)
+    store = SummarizingChatStorage(
+        storage=DjangoChatStorage(), summarizer=summarizers.fold, trigger_at=20, keep_last=2
+    )
     assert isinstance(store, ChatStorage)
 
 
@@ -100,12 +106,21 @@ def test_per_slot_overrides_are_stored_with_the_slot() -> None:
     turns(store, 0, 4)
     Slot.objects.update(trigger_at=3, keep_last=1)
     assert texts(wrap(trigger_at=10, keep_last=2).fetch_chat_sync("u", "s", "a")) == [
-        "S(q0+a0+q1+a1+q2+a2)", "q3", "a3"
+        "S(q0+a0+q1+a1+q2+a2)",
+        "q3",
+        "a3",
     ]
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"trigger_at": 0}, {"keep_last": -1}, {"trigger_at": 2, "keep_last": 2}, {"mode": "bogus"}, {"on_error": "x"}]
+    "kwargs",
+    [
+        {"trigger_at": 0},
+        {"keep_last": -1},
+        {"trigger_at": 2, "keep_last": 2},
+        {"mode": "bogus"},
+        {"on_error": "x"},
+    ],
 )
 def test_bad_constructor_arguments_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
@@ -113,9 +128,15 @@ def test_bad_constructor_arguments_are_refused(kwargs: dict[str, Any]) -> None:
 
 
 def test_get_storage_follows_settings_live() -> None:
-    with override_settings(SQUAD_MEMORY={"TRIGGER_AT": 7, "KEEP_LAST": 3, "SUMMARIZER": "tests.summarizers.fold"}):
+    with override_settings(
+        SQUAD_MEMORY={"TRIGGER_AT": 7, "KEEP_LAST": 3, "SUMMARIZER": "tests.summarizers.fold"}
+    ):
         store = squad_memory.get_storage()
-        assert (store.trigger_at, store.keep_last, store.summarizer.path) == (7, 3, "tests.summarizers.fold")
+        assert (store.trigger_at, store.keep_last, store.summarizer.path) == (
+            7,
+            3,
+            "tests.summarizers.fold",
+        )
     assert squad_memory.get_storage().trigger_at == 20
 
 
@@ -186,10 +207,22 @@ def test_defect3_saves_during_a_compression_are_kept_after_its_output() -> None:
     fetcher.join(10)
     assert gate.max_active == 1 and gate.calls == 1
     assert raw() == ["q0", "a0", "q1", "a1", "q2", "a2", "q3", "a3", "q4", "a4"]
-    assert texts(store.fetch_chat_sync("u", "s", "a")) == ["S(q0+a0+q1+a1)", "q2", "a2", "q3", "a3", "q4", "a4"]
+    assert texts(store.fetch_chat_sync("u", "s", "a")) == [
+        "S(q0+a0+q1+a1)",
+        "q2",
+        "a2",
+        "q3",
+        "a3",
+        "q4",
+        "a4",
+    ]
     store.save_chat_message_sync("u", "s", "a", msg("user", "q5"))  # the next save compresses again
     assert gate.calls == 2
-    assert texts(store.fetch_chat_sync("u", "s", "a")) == ["S(S(q0+a0+q1+a1)+q2+a2+q3+a3+q4)", "a4", "q5"]
+    assert texts(store.fetch_chat_sync("u", "s", "a")) == [
+        "S(S(q0+a0+q1+a1)+q2+a2+q3+a3+q4)",
+        "a4",
+        "q5",
+    ]
 
 
 def test_defect3_a_stale_compression_changes_nothing() -> None:
@@ -212,7 +245,10 @@ def test_defect4_a_new_instance_sees_the_buffer_without_calling_the_summarizer()
     calls = len(summarizers.CALLS)
     fresh = wrap(summarizers.boom)
     assert texts(fresh.fetch_chat_sync("u", "s", "a")) == ["S(q0+a0+q1+a1)", "q2", "a2"]
-    assert len(summarizers.CALLS) == calls and not Compression.objects.filter(outcome="failed").exists()
+    assert (
+        len(summarizers.CALLS) == calls
+        and not Compression.objects.filter(outcome="failed").exists()
+    )
 
 
 # -- defect 5: activation judges the whole history; 3-argument fetch_chat works ------------
@@ -222,13 +258,27 @@ class ThreeArgStore(ChatStorage):
     def __init__(self) -> None:
         self.data: dict[str, list[ConversationMessage]] = {}
 
-    async def save_chat_message(self, user_id: str, session_id: str, agent_id: str, new_message: Any, max_history_size: Any = None) -> Any:
+    async def save_chat_message(
+        self,
+        user_id: str,
+        session_id: str,
+        agent_id: str,
+        new_message: Any,
+        max_history_size: Any = None,
+    ) -> Any:
         conv = self.data.setdefault(agent_id, [])
         if not (conv and conv[-1].role == new_message.role):
             conv.append(new_message)
         return list(conv)
 
-    async def save_chat_messages(self, user_id: str, session_id: str, agent_id: str, new_messages: Any, max_history_size: Any = None) -> Any:
+    async def save_chat_messages(
+        self,
+        user_id: str,
+        session_id: str,
+        agent_id: str,
+        new_messages: Any,
+        max_history_size: Any = None,
+    ) -> Any:
         self.data.setdefault(agent_id, []).extend(new_messages)
         return list(self.data[agent_id])
 
@@ -283,7 +333,9 @@ def test_query_counts_do_not_grow_with_the_history(
         if Slot.objects.get().buffer_length == 2 * 20:
             break
     with count_queries() as compressing:
-        store.save_chat_message_sync("u", "s", "a", msg(["user", "assistant"][(i + 1) % 2], "cross"))
+        store.save_chat_message_sync(
+            "u", "s", "a", msg(["user", "assistant"][(i + 1) % 2], "cross")
+        )
     assert Compression.objects.filter(outcome="applied").count() == 2
     statements = STATEMENTS["sql" if connection.vendor in SQL_VENDORS else "twin"]
     assert fetch.count <= statements["fetch"], fetch.statements

@@ -78,7 +78,10 @@ def test_the_default_estimate_is_utf8_bytes_over_four_plus_a_cost_per_other_bloc
     assert rules.estimate_tokens({"role": "user", "content": [{"text": "abcde"}]}) == 2
     assert rules.estimate_tokens({"role": "user", "content": [{"text": "é" * 4}]}) == 2  # 8 bytes
     blocks = [{"text": "abcd"}, {"image": {"format": "png"}}, {"toolUse": {"name": "x"}}]
-    assert rules.estimate_tokens({"role": "user", "content": blocks}) == 1 + 2 * rules.NON_TEXT_BLOCK_TOKENS
+    assert (
+        rules.estimate_tokens({"role": "user", "content": blocks})
+        == 1 + 2 * rules.NON_TEXT_BLOCK_TOKENS
+    )
 
 
 def test_each_message_is_counted_once_at_save_and_stored() -> None:
@@ -318,8 +321,10 @@ def test_token_budgets_cost_no_query_that_grows_with_the_history(
     assert 1 <= len(cut) - slot().summary_length <= 2  # the newest that fit, roles alternating
     assert texts(cut)[-1] == f"n{i + 4}".ljust(40)
     assert limited.count <= 3, limited.statements
-    print(f"queries at {stored} stored ({connection.vendor}): fetch {fetch.count}, save "
-          f"{save.count}, compressing save {compressing.count}, over-limit fetch {limited.count}")
+    print(
+        f"queries at {stored} stored ({connection.vendor}): fetch {fetch.count}, save "
+        f"{save.count}, compressing save {compressing.count}, over-limit fetch {limited.count}"
+    )
 
 
 # -- the migration's backfill --------------------------------------------------------------------
