@@ -399,19 +399,6 @@ MAKE_TARGETS = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re
 EXTRAS = set(
     tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 )
-COMMON_OPTIONS = {
-    "-h",
-    "--help",
-    "--version",
-    "-v",
-    "--verbosity",
-    "--settings",
-    "--pythonpath",
-    "--traceback",
-    "--no-color",
-    "--force-color",
-    "--skip-checks",
-}
 
 
 def options_of(command: str) -> set[str]:
