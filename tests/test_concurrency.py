@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -80,3 +81,38 @@ def test_concurrent_writers_lose_nothing_and_keep_order() -> None:
     assert [text(m) for m in buffer_of(slot)] == previous_output + raw[covered:]
     spans = sorted((c.started_at, c.finished_at) for c in applied)
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
+
+
+def test_each_save_returns_the_stored_history_up_to_its_own_messages() -> None:
+    """Six processes save pairs to one slot: every conversation a save returned is exactly the
+    stored history up to and including that save's messages, whatever the others wrote while
+    it waited for the slot's lock (on PostgreSQL the save is one statement, whose snapshot
+    predates that wait)."""
+    writers = {f"w{i}": "returns" for i in range(5)} | {"aw": "async-returns"}
+    count = 60
+    env = {**os.environ, "DATABASE_URL": database_url()}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "tests.writer_process", name, mode, str(count)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name, mode in writers.items()
+    }
+    outs = {name: p.communicate(timeout=240)[0] for name, p in procs.items()}
+    assert [p.returncode for p in procs.values()] == [0] * len(procs), outs
+
+    slot = Slot.objects.get(agent_id="returns")
+    raw = [text(r) for r in Message.objects.filter(slot=slot).order_by("seq").values("content")]
+    assert len(raw) == len(set(raw)) == count * len(writers)
+    wrong = []
+    for name, out in outs.items():
+        answers = [json.loads(line) for line in out.splitlines()]
+        assert len(answers) == count // 2
+        for i, answer in enumerate(answers):
+            own = raw.index(f"{name}:{2 * i + 1}")
+            if answer != raw[: own + 1]:
+                wrong.append((name, i, answer[-6:], raw[max(0, own - 5) : own + 1]))
+    assert wrong == [], f"{len(wrong)} of {count // 2 * len(writers)} answers are not the history"

@@ -3,12 +3,15 @@
 Connects to the database named by DATABASE_URL and saves COUNT messages (tagged
 with NAME) to one slot, as batch saves of pairs or as single saves. The modes
 "async-batch" and "async-single" do the same through the async API, inside one
-``asyncio.run``.
+``asyncio.run``. The modes "returns" and "async-returns" save pairs to the slot
+``returns`` of a plain ``DjangoChatStorage`` and print each conversation a save returned
+(one JSON list of texts a line).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from typing import Any
@@ -48,12 +51,26 @@ async def write_async(store: Any, name: str, mode: str, count: int) -> None:
                 await store.fetch_chat("u", "s", "shared")
 
 
+def returned(store: Any, name: str, mode: str, count: int) -> None:
+    for i in range(0, count, 2):
+        pair = [message(name, i), message(name, i + 1)]
+        if mode == "async-returns":
+            answer = asyncio.run(store.save_chat_messages("u", "s", "returns", pair))
+        else:
+            answer = store.save_chat_messages_sync("u", "s", "returns", pair)
+        print(json.dumps([m.content[0]["text"] for m in answer]), flush=True)
+
+
 def main(name: str, mode: str, count: int) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     import django
 
     django.setup()
     from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
+
+    if mode.endswith("returns"):
+        returned(DjangoChatStorage(), name, mode, count)
+        return
 
     store = SummarizingChatStorage(
         DjangoChatStorage(), "tests.summarizers.fold", int(os.environ.get("TRIGGER_AT", "5")), 2

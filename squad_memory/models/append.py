@@ -126,9 +126,7 @@ class SlotManager(models.Manager["Slot"]):
             ),
         )
         if view is not None:
-            _, now = self.read(key, namespace=namespace, start=view, newest=newest)
-            last_before = appended.slot.last_seq - len(appended.rows)
-            appended.before = [row for row in now if row["seq"] <= last_before]
+            appended.before = _view_before(alias, appended, view, newest)
             appended.start = view
         return appended
 
@@ -204,7 +202,12 @@ class SlotManager(models.Manager["Slot"]):
                 )
         if view is None:
             return Appended(slot, rows)
-        return Appended(slot, rows, before=before, start=view)
+        appended = Appended(slot, rows, before=before, start=view)
+        if pg and not _reaches(appended, view):
+            # The statement read its snapshot before it waited for the slot's lock: the
+            # rows that writer committed meanwhile are missing. Read the view again.
+            appended.before = _view_before(alias, appended, view, newest)
+        return appended
 
     def read(
         self,
@@ -241,6 +244,31 @@ class SlotManager(models.Manager["Slot"]):
         newest_first = rows.order_by("-seq").values(*_ROW_COLUMNS)
         found = list(newest_first[:newest] if newest is not None else newest_first)
         return slot, found[::-1]
+
+
+def _first_seq(slot: Slot, view: View) -> int:
+    return slot.buffer_from_seq if view == "buffer" else slot.visible_from_seq
+
+
+def _reaches(appended: Appended, view: View) -> bool:
+    """Whether the rows a save read before it reach the row right before its own."""
+    last_before = appended.slot.last_seq - len(appended.rows)
+    if appended.before:
+        return bool(appended.before[-1]["seq"] == last_before)
+    return last_before < _first_seq(appended.slot, view)
+
+
+def _view_before(alias: str, appended: Appended, view: View, newest: int | None) -> Rows:
+    """The rows of a saved slot's view up to the save's own (a read after its commit, which
+    leaves out what other writers stored after it)."""
+    slot = appended.slot
+    rows = Message.objects.using(alias).filter(
+        slot_id=slot.pk,
+        seq__gte=_first_seq(slot, view),
+        seq__lte=slot.last_seq - len(appended.rows),
+    )
+    newest_first = rows.order_by("-seq").values(*_ROW_COLUMNS)
+    return list(newest_first[:newest] if newest is not None else newest_first)[::-1]
 
 
 def _key_fields(key: SlotKey) -> dict[str, str]:
