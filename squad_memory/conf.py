@@ -29,6 +29,10 @@ DEFAULTS: dict[str, Any] = {
     "PENDING_TIMEOUT": 600,
     "CLAIM_LEASE": 30,
     "PUBLISH_TIMEOUT": 2.0,
+    # Threads serving async callers outside a Django request: database calls (one
+    # connection per thread and database at most) and synchronous summarizers.
+    "DATABASE_THREADS": 20,
+    "SUMMARIZER_THREADS": 20,
     # Retries of a queued compression (Celery and tasks mode), with exponential backoff.
     "CELERY_MAX_RETRIES": 3,
     "CELERY_RETRY_BACKOFF": 2,
@@ -103,6 +107,8 @@ class Settings:
     pending_timeout = Setting(float)
     claim_lease = Setting(float)
     publish_timeout = Setting(float)
+    database_threads = Setting(int)
+    summarizer_threads = Setting(int)
     max_message_bytes = Setting(int)
     max_batch_size = Setting(int)
     max_id_length = Setting(int)

@@ -14,7 +14,9 @@ never branch on it. A subclass implements :meth:`~Dispatcher.start`, which must:
   (:attr:`Dispatcher.claim_lease_seconds` while queued, ``CLAIM_LEASE`` once running).
 
 :meth:`Dispatcher.dispatch` calls ``start`` once the caller's transaction commits: never
-while the slot's row is locked, nor before the messages it summarizes are visible.
+while the slot's row is locked, nor before the messages it summarizes are visible. An async
+caller outside a transaction awaits :meth:`Dispatcher.astart` instead: ``start`` on a database
+thread, unless the dispatcher has a better way (inline: the summarizer off that thread).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from django.utils.module_loading import import_string
 
 from squad_memory.compression.claims import Claim, claim, release
 from squad_memory.compression.policy import Policy
-from squad_memory.compression.runner import Result, run
+from squad_memory.compression.runner import Result, arun, run
 from squad_memory.conf import SETTING_NAME, app_settings
 from squad_memory.exceptions import ConfigurationError
 from squad_memory.models import Limits, Outcome, Slot
 from squad_memory.summarizers import require_importable
+from squad_memory.threads import database
 
 logger = logging.getLogger("squad_memory")
 
@@ -68,6 +71,10 @@ class Dispatcher:
     def start(self, claimed: Claim, trigger: str) -> Result:
         raise NotImplementedError
 
+    async def astart(self, claimed: Claim, trigger: str) -> Result:
+        """:meth:`start` for an async caller, with no transaction open."""
+        return await database(self.start, claimed, trigger)
+
     @classmethod
     def check(cls) -> list[str]:
         """What is wrong with the settings this dispatcher reads (the system checks
@@ -76,10 +83,20 @@ class Dispatcher:
 
 
 class InlineDispatcher(Dispatcher):
-    """Compresses on the caller's thread, right after its commit."""
+    """Compresses in the caller's process: on its thread, right after its commit; for an async
+    caller, in its event loop (the database work on a database thread)."""
 
     def start(self, claimed: Claim, trigger: str) -> Result:
         return run(
+            claimed,
+            self.policy.summarizer,
+            trigger=trigger,
+            lease_seconds=self.policy.lease_seconds,
+        )
+
+    async def astart(self, claimed: Claim, trigger: str) -> Result:
+        """The summarizer awaited in the caller's loop, or on a summarizer thread."""
+        return await arun(
             claimed,
             self.policy.summarizer,
             trigger=trigger,

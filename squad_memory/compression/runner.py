@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
+from agent_squad.types import ConversationMessage
 from django.db import DatabaseError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -18,7 +20,8 @@ from squad_memory.exceptions import InvalidSummarizerOutput
 from squad_memory.messages import MessageDict, copied, to_messages, validate_summary
 from squad_memory.models import Message, Outcome, Slot
 from squad_memory.rules import count_all
-from squad_memory.summarizers import Summarizer, call_summarizer
+from squad_memory.summarizers import Summarizer, acall_summarizer, call_summarizer
+from squad_memory.threads import database
 
 logger = logging.getLogger("squad_memory")
 
@@ -76,14 +79,11 @@ def run(
     the database went away); ``skipped`` (nothing to fold, or the claim was released or replaced
     meanwhile); ``stale`` (the buffer moved on). One log row either way, and the claim released on
     every way out but a retry's (``final=False`` keeps it after a failure)."""
-    slot = claimed.slot or Slot.objects.using(_db()).filter(pk=claimed.slot_id).first()
-    if slot is None or slot.pending_token != claimed.token:
-        logger.info(
-            "Compression of slot %s skipped: its claim was released or replaced.", claimed.slot_id
-        )
+    snap = claimed_snapshot(claimed)
+    if snap is None:
         return Result(Outcome.SKIPPED)
     return compress(
-        snapshot(slot),
+        snap,
         claimed,
         summarizer,
         trigger=trigger,
@@ -91,6 +91,41 @@ def run(
         final=final,
         lease_seconds=lease_seconds,
     )
+
+
+async def arun(
+    claimed: Claim, summarizer: Summarizer, *, trigger: str = "save", lease_seconds: float = 30.0
+) -> Result:
+    """:func:`run` for an async caller: the snapshot and the outcome on a database thread, the
+    summarizer awaited in the caller's loop (an async one) or on a summarizer thread."""
+    snap = await database(claimed_snapshot, claimed)
+    if snap is None:
+        return Result(Outcome.SKIPPED)
+    attempt_log = log.Attempt(snap, summarizer, trigger, 1)
+    try:
+        async with lease.arenewing(claimed.slot_id, claimed.token, lease_seconds):
+            given = _given(snap)
+            try:
+                output = await acall_summarizer(summarizer.func, given, claimed.keep_last)
+            except Exception as exc:
+                result = Result(Outcome.FAILED, error=exc)
+            else:
+                result = judge(output, snap)
+    except BaseException as exc:  # cancelled: release, log, re-raise
+        await database(_abandon, attempt_log, claimed.token, exc)
+        raise
+    return await database(settle, snap, claimed, result, attempt_log, True)
+
+
+def claimed_snapshot(claimed: Claim) -> Snapshot | None:
+    """The buffer ``claimed`` is to compress, or None if its claim was released or replaced."""
+    slot = claimed.slot or Slot.objects.using(_db()).filter(pk=claimed.slot_id).first()
+    if slot is None or slot.pending_token != claimed.token:
+        logger.info(
+            "Compression of slot %s skipped: its claim was released or replaced.", claimed.slot_id
+        )
+        return None
+    return snapshot(slot)
 
 
 def compress(
@@ -112,6 +147,14 @@ def compress(
     except BaseException as exc:  # cancelled, interrupted, exiting: release, log, re-raise
         _abandon(attempt_log, claimed.token, exc)
         raise
+    return settle(snap, claimed, result, attempt_log, final)
+
+
+def settle(
+    snap: Snapshot, claimed: Claim, result: Result, attempt_log: log.Attempt, final: bool
+) -> Result:
+    """Apply the summarizer's output or release the claim, and log the attempt, in one
+    transaction (see :func:`run`)."""
     try:
         with transaction.atomic(using=_db()):
             result = _settle(snap, claimed, result, final)
@@ -123,10 +166,24 @@ def compress(
     return result
 
 
+def _given(snap: Snapshot) -> list[ConversationMessage]:
+    """What the summarizer gets: a copy (it may change what it gets)."""
+    return to_messages(copied(snap.messages))
+
+
 def _summarize(snap: Snapshot, summarizer: Summarizer, keep_last: int) -> Result:
     try:
-        given = to_messages(copied(snap.messages))  # the summarizer may change what it gets
-        output = validate_summary(call_summarizer(summarizer.func, given, keep_last))
+        output = call_summarizer(summarizer.func, _given(snap), keep_last)
+    except Exception as exc:
+        return Result(Outcome.FAILED, error=exc)
+    return judge(output, snap)
+
+
+def judge(output: Any, snap: Snapshot) -> Result:
+    """What a summarizer's output makes of the compression of ``snap``: ``applied``,
+    ``skipped`` (the buffer unchanged) or ``failed`` (invalid, or not smaller)."""
+    try:
+        output = validate_summary(output)
         if output == snap.messages:
             return Result(Outcome.SKIPPED)
         check_smaller(output, snap)

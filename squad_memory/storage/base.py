@@ -1,7 +1,7 @@
 """The agent-squad storage contract over a :class:`~squad_memory.storage.memory.Memory`, and
 ``DjangoChatStorage``: that contract on squad_memory's own tables. Every statement goes
 through Django's connections (routers, ``ATOMIC_REQUESTS``, execute wrappers and health
-checks apply), from the async methods in one ``sync_to_async`` hop (thread-sensitive).
+checks apply); the async methods run it on a database thread (``squad_memory.threads``).
 """
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from typing import Any
 
 from agent_squad.storage import ChatStorage
 from agent_squad.types import ConversationMessage
-from asgiref.sync import sync_to_async
 
 from squad_memory.messages import to_messages
 from squad_memory.rules import trim, validate_key
 from squad_memory.storage.memory import Journal, Memory, Saved
+from squad_memory.threads import database
 
 
 class ChatStorageBase(ChatStorage):  # type: ignore[misc]
-    """The four async ChatStorage methods, each one hop to its ``*_sync`` twin (as Django's
-    ``aget`` is to ``get``)."""
+    """The four async ChatStorage methods over their ``*_sync`` twins, with the database work
+    on a database thread and a summarizer never there (``squad_memory.threads``)."""
 
     memory: Memory
 
@@ -32,9 +32,11 @@ class ChatStorageBase(ChatStorage):  # type: ignore[misc]
         max_history_size: int | None = None,
     ) -> list[ConversationMessage]:
         """:meth:`save_chat_message_sync`, from async code."""
-        return await sync_to_async(self.save_chat_message_sync)(
-            user_id, session_id, agent_id, new_message, max_history_size
+        key = validate_key(user_id, session_id, agent_id)
+        rows = await self.memory.asave(
+            key, [new_message], check_role=True, max_history_size=max_history_size
         )
+        return to_messages(rows)
 
     async def save_chat_messages(
         self,
@@ -45,21 +47,22 @@ class ChatStorageBase(ChatStorage):  # type: ignore[misc]
         max_history_size: int | None = None,
     ) -> list[ConversationMessage]:
         """:meth:`save_chat_messages_sync`, from async code."""
-        return await sync_to_async(self.save_chat_messages_sync)(
-            user_id, session_id, agent_id, new_messages, max_history_size
+        key = validate_key(user_id, session_id, agent_id)
+        rows = await self.memory.asave(
+            key, list(new_messages or []), check_role=False, max_history_size=max_history_size
         )
+        return to_messages(rows)
 
     async def fetch_chat(
         self, user_id: str, session_id: str, agent_id: str, max_history_size: int | None = None
     ) -> list[ConversationMessage]:
         """:meth:`fetch_chat_sync`, from async code."""
-        return await sync_to_async(self.fetch_chat_sync)(
-            user_id, session_id, agent_id, max_history_size
-        )
+        key = validate_key(user_id, session_id, agent_id)
+        return trim(to_messages(await self.memory.afetch(key)), max_history_size)
 
     async def fetch_all_chats(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         """:meth:`fetch_all_chats_sync`, from async code."""
-        return await sync_to_async(self.fetch_all_chats_sync)(user_id, session_id)
+        return await database(self.fetch_all_chats_sync, user_id, session_id)
 
     def save_chat_message_sync(
         self,

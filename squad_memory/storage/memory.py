@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from agent_squad.types import ConversationMessage
 from asgiref.sync import async_to_sync
+from django.db import transaction
 
 from squad_memory.compression import Claim, Policy, Result, activate, claim, due, get_dispatcher
 from squad_memory.exceptions import SummarizerError
@@ -31,6 +32,7 @@ from squad_memory.models import (
     SlotQuerySet,
 )
 from squad_memory.rules import count_all, needs_compression
+from squad_memory.threads import database, unrepeatable
 
 Rows = Sequence[Mapping[str, Any]]
 View = Literal["buffer", "visible"]
@@ -96,6 +98,7 @@ class ForeignJournal(Journal):
         return async_to_sync(getattr(self.store, method))(*args)
 
     def save(self, key: SlotKey, messages: list[Any], single: bool, size: int | None) -> Any:
+        unrepeatable()  # the store has the messages once this returns
         if single:
             return self.call("save_chat_message", *key, messages[0], size)
         return self.call("save_chat_messages", *key, messages, size)
@@ -115,6 +118,8 @@ class Saved:
     appended: Appended
     compression: Result | None = None
     inner: Any = None
+    #: A compression the save claimed and left to its async caller to run.
+    claimed: Claim | None = None
 
     @property
     def slot(self) -> Slot:
@@ -144,10 +149,17 @@ class Memory:
 
     # -- saving ----------------------------------------------------------------------
     def save(
-        self, key: SlotKey, messages: list[Any], *, check_role: bool, max_history_size: int | None
+        self,
+        key: SlotKey,
+        messages: list[Any],
+        *,
+        check_role: bool,
+        max_history_size: int | None,
+        compress: bool = True,
     ) -> Saved:
         """Store messages (``check_role``: the role rule of ``save_chat_message``), then
-        start the compression they made due, if any.
+        start the compression they made due, if any (``compress=False``: outside a
+        transaction, leave it claimed in ``Saved.claimed``, for an async caller).
 
         Raises :class:`SummarizerError` after storing when that compression failed and
         the policy says ``on_error="raise"``.
@@ -170,8 +182,30 @@ class Memory:
             lease = dispatcher.claim_lease_seconds
             claimed = claim(appended.slot.pk, policy.limits, lease_seconds=lease, run_now=True)
             if claimed is not None:
-                saved.compression = self._run(claimed, "save")
+                saved.compression, saved.claimed = self._start(claimed, "save", compress)
         return saved
+
+    async def asave(
+        self, key: SlotKey, messages: list[Any], *, check_role: bool, max_history_size: int | None
+    ) -> Rows:
+        """:meth:`save` and :meth:`answer` for an async caller: the statements on a database
+        thread, a compression the save made due in this loop (see ``squad_memory.threads``)."""
+        saved, rows = await database(
+            self._save_and_answer, key, messages, check_role, max_history_size
+        )
+        if saved.claimed is not None:
+            saved.compression = await self._arun(saved.claimed, "save")
+            rows = await database(self.answer, saved, key)
+        assert rows is not None
+        return rows
+
+    def _save_and_answer(
+        self, key: SlotKey, messages: list[Any], check_role: bool, size: int | None
+    ) -> tuple[Saved, Rows | None]:
+        saved = self.save(
+            key, messages, check_role=check_role, max_history_size=size, compress=False
+        )
+        return saved, None if saved.claimed is not None else self.answer(saved, key)
 
     def answer(self, saved: Saved, key: SlotKey) -> Rows:
         """What a save returns: the conversation as the save left it (read by the save's
@@ -190,14 +224,26 @@ class Memory:
     # -- reading ---------------------------------------------------------------------
     def fetch(self, key: SlotKey) -> Rows:
         """What ``fetch_chat`` returns: the buffer, activating it when the history is long."""
+        return self._fetch(key, compress=True)[0]
+
+    async def afetch(self, key: SlotKey) -> Rows:
+        """:meth:`fetch` for an async caller (the summarizer, if any, as in :meth:`asave`)."""
+        rows, claimed = await database(self._fetch, key, False)
+        if claimed is None:
+            return rows
+        await self._arun(claimed, "activation")
+        return await database(self.current, key)
+
+    def _fetch(self, key: SlotKey, compress: bool) -> tuple[Rows, Claim | None]:
+        """:meth:`fetch`; ``compress=False``: an activation's compression left claimed."""
         if self.policy is None:
-            return self._read(key, "visible")[1]
+            return self._read(key, "visible")[1], None
         slot, rows = self._read(key)
         if slot is not None and slot.active:
-            return slot.buffer(rows, self.policy.limits)
+            return slot.buffer(rows, self.policy.limits), None
         seed = self.journal.seed(key)
         if slot is None and seed is None:
-            return []
+            return [], None
         if self._needs_activation(slot, seed):
             if slot is None:
                 user_id, session_id, agent_id = key
@@ -207,9 +253,12 @@ class Memory:
                     session_id=session_id,
                     agent_id=agent_id,
                 )
-            if self._activate(slot, seed):
-                return self.current(key)
-        return seed if seed is not None else rows
+            active, claimed = self._activate(slot, seed, compress)
+            if claimed is not None:
+                return [], claimed
+            if active:
+                return self.current(key), None
+        return (seed if seed is not None else rows), None
 
     def current(self, key: SlotKey) -> Rows:
         """What ``fetch_chat`` shows now, without activating the buffer."""
@@ -250,8 +299,11 @@ class Memory:
         counted = count_all(seed) if limits.trigger_tokens is not None else 0
         return needs_compression(len(seed), limits.trigger_at, counted, limits.trigger_tokens)
 
-    def _activate(self, slot: Slot, seed: list[MessageDict] | None) -> bool:
-        """Activate and compress; False if a save moved the slot meanwhile."""
+    def _activate(
+        self, slot: Slot, seed: list[MessageDict] | None, compress: bool
+    ) -> tuple[bool, Claim | None]:
+        """Activate and compress (``compress=False``: the compression left claimed); False if
+        a save moved the slot meanwhile."""
         assert self.policy is not None and self.dispatcher is not None
         slot, claimed = activate(
             slot.pk,
@@ -261,8 +313,8 @@ class Memory:
             expect_last_seq=slot.last_seq if seed is not None else None,
         )
         if claimed is not None:
-            self._run(claimed, "activation")
-        return slot.active
+            _, claimed = self._start(claimed, "activation", compress)
+        return slot.active, claimed
 
     # -- compressing -----------------------------------------------------------------
     def compress_now(self, key: SlotKey) -> Result:
@@ -286,9 +338,26 @@ class Memory:
             return Result(Outcome.ALREADY_PENDING)
         return self._run(claimed, "manual")
 
+    def _start(
+        self, claimed: Claim, trigger: str, compress: bool
+    ) -> tuple[Result | None, Claim | None]:
+        """Run ``claimed`` now (or on the commit of the transaction open), or, with
+        ``compress=False`` and no transaction open, hand it back for an async caller."""
+        if compress or transaction.get_connection(Slot.objects.write_db()).in_atomic_block:
+            return self._run(claimed, trigger), None
+        return None, claimed
+
     def _run(self, claimed: Claim, trigger: str) -> Result:
-        assert self.policy is not None and self.dispatcher is not None
-        result = self.dispatcher.dispatch(claimed, trigger=trigger)
+        assert self.dispatcher is not None
+        return self._checked(self.dispatcher.dispatch(claimed, trigger=trigger))
+
+    async def _arun(self, claimed: Claim, trigger: str) -> Result:
+        assert self.dispatcher is not None
+        return self._checked(await self.dispatcher.astart(claimed, trigger))
+
+    def _checked(self, result: Result) -> Result:
+        """``result``, or :class:`SummarizerError` for a failure under ``on_error="raise"``."""
+        assert self.policy is not None
         if result.error is not None and self.policy.on_error == "raise":
             raise SummarizerError(
                 f"The summarizer {self.policy.summarizer.label} failed; the message was stored "

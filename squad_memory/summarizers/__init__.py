@@ -11,13 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.utils.module_loading import import_string
 
 from squad_memory.exceptions import ConfigurationError, SummarizerNotImportable
 from squad_memory.summarizers.base import SUMMARY_PREFIX, is_summary, max_summary_chars
 from squad_memory.summarizers.llm import LLMSummarizer
 from squad_memory.summarizers.offline import OfflineSummarizer
+from squad_memory.threads import summarizer_thread
 
 SummarizerFunc = Callable[[list[Any], int], Any]
 
@@ -111,11 +112,21 @@ async def _wait(awaitable: Any) -> Any:
     return await awaitable
 
 
+async def acall_summarizer(func: SummarizerFunc, history: list[Any], keep_last: int) -> Any:
+    """Call a summarizer from async code: an async one is awaited in this loop, a sync one
+    runs on a summarizer thread (never on the loop's thread, never on a database thread)."""
+    if iscoroutinefunction(func) or iscoroutinefunction(type(func).__call__):
+        return await func(history, keep_last)
+    result = await summarizer_thread(func, history, keep_last)
+    return await result if inspect.isawaitable(result) else result
+
+
 __all__ = [
     "SUMMARY_PREFIX",
     "LLMSummarizer",
     "OfflineSummarizer",
     "Summarizer",
+    "acall_summarizer",
     "call_summarizer",
     "is_summary",
     "max_summary_chars",
