@@ -174,3 +174,22 @@ def _threads(name: str, size: int, pid: int) -> ThreadPoolExecutor:
     """One pool per name, size and process: a forked child (a Celery or a gunicorn worker)
     starts pools of its own, and a changed setting takes effect on the next call."""
     return ThreadPoolExecutor(max_workers=size, thread_name_prefix=name)
+
+
+def close_database_threads(timeout: float = 10.0) -> None:
+    """Close the connections of every database thread and stop the threads (the next call
+    starts new ones): at a process's shutdown, or after a test that changed the databases."""
+    pool = database_threads()
+    size = app_settings.database_threads
+    barrier = threading.Barrier(size)
+
+    def close() -> None:  # every thread takes one: each waits at the barrier for the others
+        try:
+            barrier.wait(timeout)
+        finally:
+            connections.close_all()
+
+    for future in [pool.submit(close) for _ in range(size)]:
+        future.exception(timeout)
+    pool.shutdown(wait=True)
+    _threads.cache_clear()

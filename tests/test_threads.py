@@ -1,0 +1,234 @@
+"""Async callers never wait on each other (``squad_memory.threads``): database calls on a
+database thread outside a Django request, the caller's thread inside one or below
+``async_to_sync``, summarizers never on a database thread, connections bounded and healed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from agent_squad.types import ConversationMessage
+from asgiref.sync import ThreadSensitiveContext, async_to_sync
+from django.db import connection, connections, transaction
+from django.test import override_settings
+
+from squad_memory.models import Message, Slot
+from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
+from squad_memory.threads import close_database_threads, database
+from tests import summarizers
+from tests.conftest import msg, texts
+
+# Database threads serve other connections than the test's: every test commits for real.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SLOW = ("u", "s", "slow")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_threads() -> Iterator[None]:
+    yield
+    close_database_threads()
+
+
+def primed(summarizer: Any) -> SummarizingChatStorage:
+    """A storage whose slot SLOW is active and one saved message short of a compression."""
+    storage = SummarizingChatStorage(DjangoChatStorage(), summarizer, trigger_at=2, keep_last=1)
+    primer = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, 2, 1)
+    for i in range(3):
+        primer.save_chat_messages_sync(*SLOW, [msg("user", f"q{i}"), msg("assistant", f"a{i}")])
+    primer.fetch_chat_sync(*SLOW)  # activates: [summary, q2, a2]
+    primer.save_chat_message_sync(*SLOW, msg("user", "q3"))
+    return storage
+
+
+async def others_turns(storage: SummarizingChatStorage, count: int) -> None:
+    """Turns of other conversations, each one fetch and one save."""
+    for i in range(count):
+        await storage.fetch_chat("u", "s", f"other{i}")
+        await storage.save_chat_message("u", "s", f"other{i}", msg("user", "hello"))
+
+
+def test_no_conversation_waits_on_a_sync_summary() -> None:
+    gate = summarizers.Gate()
+    storage = primed(gate)
+
+    async def main() -> list[ConversationMessage]:
+        slow = asyncio.create_task(storage.save_chat_message(*SLOW, msg("assistant", "a3")))
+        assert await asyncio.to_thread(gate.entered.wait, 10), "no compression started"
+        await others_turns(storage, 5)  # while the summary runs, on the one database thread
+        assert not slow.done()
+        gate.release.set()
+        return await slow
+
+    with override_settings(SQUAD_MEMORY={"DATABASE_THREADS": 1}):
+        answer = asyncio.run(main())
+    assert texts(answer) == ["S(S(q0+a0+q1+a1)+q2+a2)", "q3", "a3"]  # inline: compressed
+    assert Message.objects.filter(slot__agent_id__startswith="other").count() == 5
+
+
+def test_a_sync_summarizer_runs_on_a_summarizer_thread_an_async_one_in_the_loop() -> None:
+    seen: list[str] = []
+
+    def sync(history: list[Any], keep_last: int) -> list[Any]:
+        seen.append(threading.current_thread().name)
+        return summarizers.fold(history, keep_last)
+
+    async def asynchronous(history: list[Any], keep_last: int) -> list[Any]:
+        seen.append(threading.current_thread().name)
+        return summarizers.fold(history, keep_last)
+
+    for summarizer in (sync, asynchronous):
+        Slot.objects.all().delete()
+        storage = primed(summarizer)
+        asyncio.run(storage.save_chat_message(*SLOW, msg("assistant", "a3")))
+    assert seen[0].startswith("squad-memory-summarizer")
+    assert seen[1] == threading.current_thread().name  # the loop's (asyncio.run's) thread
+
+
+def test_no_conversation_waits_on_an_async_summary() -> None:
+    async def main() -> list[ConversationMessage]:
+        entered, release = asyncio.Event(), asyncio.Event()
+
+        async def summarizer(history: list[Any], keep_last: int) -> list[Any]:
+            entered.set()
+            await release.wait()
+            return summarizers.fold(history, keep_last)
+
+        storage = await asyncio.to_thread(primed, summarizer)
+        slow = asyncio.create_task(storage.save_chat_message(*SLOW, msg("assistant", "a3")))
+        await asyncio.wait_for(entered.wait(), 10)
+        await others_turns(storage, 5)
+        assert not slow.done()
+        release.set()
+        return await slow
+
+    with override_settings(SQUAD_MEMORY={"DATABASE_THREADS": 1}):
+        answer = asyncio.run(main())
+    assert texts(answer) == ["S(S(q0+a0+q1+a1)+q2+a2)", "q3", "a3"]
+
+
+def test_inside_a_request_or_below_a_sync_caller_the_callers_thread_serves() -> None:
+    async def thread_name() -> str:
+        return await database(lambda: threading.current_thread().name)
+
+    async def in_request() -> str:
+        async with ThreadSensitiveContext():
+            return await thread_name()
+
+    assert asyncio.run(thread_name()).startswith("squad-memory-db")
+    assert not asyncio.run(in_request()).startswith("squad-memory-db")
+    assert async_to_sync(thread_name)() == threading.current_thread().name
+
+
+def test_below_a_sync_caller_a_save_is_part_of_its_transaction() -> None:
+    storage = DjangoChatStorage()
+    with transaction.atomic():
+        async_to_sync(storage.save_chat_message)("u", "s", "a", msg("user", "kept?"))
+        assert texts(storage.fetch_chat_sync("u", "s", "a")) == ["kept?"]
+        transaction.set_rollback(True)
+    assert not Message.objects.exists()
+
+
+async def conversations(storage: Any, count: int, turns: int) -> None:
+    async def one(n: int) -> None:
+        for t in range(turns):
+            await storage.fetch_chat("u", "s", f"c{n}")
+            await storage.save_chat_messages(
+                "u", "s", f"c{n}", [msg("user", f"q{t}"), msg("assistant", f"a{t}")]
+            )
+
+    await asyncio.gather(*(one(n) for n in range(count)))
+
+
+def database_threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name.startswith("squad-memory-db")}
+
+
+@pytest.mark.postgres  # SQLite's in-memory test database locks whole tables across threads
+def test_forty_conversations_use_at_most_database_threads_threads() -> None:
+    storage = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, 3, 1)
+    for _ in range(3):  # new event loops do not add threads
+        asyncio.run(conversations(storage, 40, 4))
+    assert 1 < len(database_threads()) <= 20  # the default DATABASE_THREADS
+    slots = Slot.objects.filter(agent_id__startswith="c")
+    assert slots.count() == 40 and {s.last_seq for s in slots} == {24}
+
+
+@pytest.fixture
+def persistent_connections(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Connections that outlive a call (``CONN_MAX_AGE = None``), as a deployment keeps them;
+    ``CONN_HEALTH_CHECKS`` as the test's parameter says."""
+    settings = connections.settings["default"]
+    saved = settings["CONN_MAX_AGE"], settings["CONN_HEALTH_CHECKS"]
+    settings["CONN_MAX_AGE"], settings["CONN_HEALTH_CHECKS"] = None, request.param
+    close_database_threads()
+    yield
+    settings["CONN_MAX_AGE"], settings["CONN_HEALTH_CHECKS"] = saved
+    close_database_threads()
+
+
+def backends() -> int:
+    """Other sessions on the test database (the database threads')."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def drop_connections(keep: int = 0) -> None:
+    """What a restart, a failover or an idle timeout does to the other sessions (but the
+    session ``keep``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> %s",
+            [keep],
+        )
+        assert cursor.fetchone()[0] > 0
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("persistent_connections", [False], indirect=True)
+def test_connections_stay_bounded_across_event_loops(persistent_connections: None) -> None:
+    storage = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, 3, 1)
+    asyncio.run(conversations(storage, 40, 3))
+    first = backends()
+    for _ in range(2):
+        asyncio.run(conversations(storage, 40, 3))
+    assert 1 < first <= backends() <= 20
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("persistent_connections", [False, True], indirect=True)
+def test_a_dropped_connection_heals(
+    persistent_connections: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, 3, 1)
+    asyncio.run(conversations(storage, 4, 2))
+    drop_connections()
+    asyncio.run(conversations(storage, 4, 2))  # a fresh event loop
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        test_session = cursor.fetchone()[0]
+
+    async def same_loop() -> None:
+        await conversations(storage, 4, 1)
+        await asyncio.to_thread(drop_connections_and_close, test_session)
+        await conversations(storage, 4, 1)
+
+    asyncio.run(same_loop())
+    for slot in Slot.objects.filter(agent_id__startswith="c"):  # nothing lost or repeated
+        rows = list(Message.objects.filter(slot=slot).order_by("seq").values_list("seq", "text"))
+        assert [seq for seq, _ in rows] == list(range(1, 13))
+        assert [text for _, text in rows] == [f"{r}{t}" for t in (0, 1, 0, 1, 0, 0) for r in "qa"]
+
+
+def drop_connections_and_close(keep: int) -> None:
+    drop_connections(keep)
+    connection.close()
