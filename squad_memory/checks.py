@@ -91,7 +91,8 @@ def _choices() -> list[CheckMessage]:
 
 def _numbers() -> list[CheckMessage]:
     errors: list[CheckMessage] = []
-    for name in ("PENDING_TIMEOUT", "MAX_MESSAGE_BYTES", "MAX_BATCH_SIZE", "MAX_ID_LENGTH"):
+    positive = ("PENDING_TIMEOUT", "MAX_MESSAGE_BYTES", "MAX_BATCH_SIZE", "MAX_ID_LENGTH")
+    for name in (*positive, "DATABASE_THREADS", "SUMMARIZER_THREADS"):
         value = app_settings.raw(name)
         if not _number(value) or value < 1:
             errors.append(_error(f"[{name!r}] must be a number >= 1, got {value!r}.", "E009"))

@@ -34,6 +34,8 @@ def test_defaults_pass() -> None:
         ({"MODE": "threads"}, "squad_memory.E006"),
         ({"ON_ERROR": "ignore"}, "squad_memory.E007"),
         ({"PENDING_TIMEOUT": -1}, "squad_memory.E009"),
+        ({"DATABASE_THREADS": 0}, "squad_memory.E009"),
+        ({"SUMMARIZER_THREADS": "many"}, "squad_memory.E009"),
         ({"MAX_ID_LENGTH": 1000}, "squad_memory.E010"),
         ({"TRIGER_AT": 5}, "squad_memory.W001"),
         ({"TRIGGER_TOKENS": 0}, "squad_memory.E040"),
