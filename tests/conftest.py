@@ -56,14 +56,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session", autouse=True)
 def _close_worker_thread_connections(django_db_setup: None) -> Iterator[None]:
-    """At the end, close the Django connections of asgiref's worker thread (async tests
-    run sync code there, and its connections outlive them), so the test database can be
-    dropped: PostgreSQL refuses while a session still uses it."""
+    """At the end, close the Django connections of asgiref's worker thread and of the
+    database threads (async tests run sync code there, and their connections may outlive
+    them), so the test database can be dropped: PostgreSQL refuses while a session still
+    uses it."""
     yield
     from asgiref.sync import sync_to_async
     from django.db import connections
 
+    from squad_memory.threads import close_database_threads
+
     asyncio.run(sync_to_async(connections.close_all)())
+    close_database_threads()
 
 
 @pytest.fixture
