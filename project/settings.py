@@ -13,6 +13,8 @@ inline summarization and the offline summarizer, so it runs on a fresh machine.
   X-Forwarded-Proto from a TLS-terminating proxy
 
 - DATABASE_URL: postgres://, mysql://, sqlite:/// (default: var/db.sqlite3)
+- DATABASE_CONN_MAX_AGE: CONN_MAX_AGE in seconds, or "none" to keep connections
+  (default 0: a connection per request, and per async call outside one)
 - SQUAD_MEMORY_MODE: inline (default; `make demo` uses tasks), tasks or celery
 - DJANGO_TASKS_BACKEND: the dotted path of the Tasks framework's backend in tasks mode (default:
   django-tasks-db's DatabaseBackend, run by `manage.py db_worker`)
@@ -133,8 +135,12 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "project.wsgi.application"
 
+_CONN_MAX_AGE = os.environ.get("DATABASE_CONN_MAX_AGE", "0")
 DATABASES = {
-    "default": dj_database_url.config(default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}", conn_max_age=0)
+    "default": dj_database_url.config(
+        default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}",
+        conn_max_age=None if _CONN_MAX_AGE.lower() == "none" else int(_CONN_MAX_AGE),
+    )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Writers wait for the lock instead of failing at once.

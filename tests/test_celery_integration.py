@@ -62,7 +62,9 @@ class Processes:
             "PYTHONPATH": str(ROOT),
         }
 
-    def worker(self, name: str, concurrency: int = 1, **env: str) -> subprocess.Popen[bytes]:
+    def worker(
+        self, name: str, concurrency: int = 1, *options: str, **env: str
+    ) -> subprocess.Popen[bytes]:
         log = self.tmp / f"{name}.log"
         args = [
             sys.executable,
@@ -79,6 +81,7 @@ class Processes:
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
+            *options,
         ]
         proc = self._start(args, log, env)
         deadline = time.monotonic() + 30
@@ -360,3 +363,33 @@ def test_a_broker_that_never_answers_does_not_hold_the_save(
     assert slot.pending_since is None and slot.last_seq == 7  # released; the message stored
     assert caplog.text.count("Could not enqueue the compression") == 2
     assert "TimeoutError" in caplog.text
+
+
+def test_tasks_calling_the_async_api_survive_a_dropped_connection(procs: Processes) -> None:
+    """A worker's tasks call ``asyncio.run(storage.save_chat_message(...))`` on persistent
+    connections; the database drops them all; the next tasks store every message."""
+    from django.db import connection
+
+    from tests.celery_async_tasks import SLOT
+
+    procs.worker("async", 1, "-I", "tests.celery_async_tasks", DATABASE_CONN_MAX_AGE="none")
+
+    def stored() -> int:
+        return Message.objects.filter(slot__agent_id=SLOT[2]).count()
+
+    def send(first: int, count: int) -> None:
+        args = [sys.executable, "-m", "tests.celery_async_tasks", str(first), str(count)]
+        subprocess.run(args, cwd=ROOT, env=procs.env, check=True, timeout=60)
+
+    send(0, 20)
+    wait_for(lambda: stored() == 20, 60, "the first 20 tasks")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert cursor.fetchone()[0] >= 1  # the worker's connection
+    send(20, 20)
+    wait_for(lambda: stored() == 40, 60, "the 20 tasks after the drop")
+    rows = Message.objects.filter(slot__agent_id=SLOT[2]).order_by("seq")
+    assert [(m.seq, m.text) for m in rows] == [(i + 1, f"m{i}") for i in range(40)]
