@@ -180,3 +180,14 @@ def test_creating_a_slot_sends_post_save_and_appending_sends_no_signal() -> None
         post_save.disconnect(record)
     assert sent == [("Slot", True)]
     assert Slot.objects.get().last_seq == 4
+
+
+def test_the_save_statements_store_every_column_of_the_message_model() -> None:
+    """The hand-written statements take their tables, columns and casts from the models'
+    ``_meta``: a field added to ``Message`` is stored by every save path."""
+    columns = [f.column for f in Message._meta.concrete_fields if f.name != "id"]
+    if connection.vendor == "postgresql":  # one statement: the slot's UPDATE and the INSERT
+        sql = append._save_sql("default", "postgresql", "buffer", 2)
+    else:
+        sql = append._insert_sql(2)
+    assert all(f'"{column}"' in sql for column in columns), sql

@@ -197,7 +197,7 @@ class SlotManager(models.Manager["Slot"]):
             if not pg:
                 inserted = zip(rows, values, strict=True)
                 cursor.execute(
-                    f"{_INSERT} VALUES " + ", ".join([_ROW] * count),
+                    _insert_sql(count),
                     [v for row, value in inserted for v in (slot.pk, row.seq, *value)],
                 )
         if view is None:
@@ -303,12 +303,8 @@ def _row_dict(row: Message) -> dict[str, Any]:
 
 
 def _column_values(row: Message, connection: Any) -> list[Any]:
-    """A row's role, content, citations, timestamp, text and tokens, as Django adapts them."""
-    content, citations = (
-        Message._meta.get_field(name).get_db_prep_save(getattr(row, name), connection)  # type: ignore[union-attr]
-        for name in ("content", "citations")
-    )
-    return [row.role, content, citations, row.timestamp, row.text, row.tokens]
+    """A row's stored columns (:func:`_stored_fields`), as Django adapts them."""
+    return [f.get_db_prep_save(getattr(row, f.attname), connection) for f in _stored_fields()]
 
 
 @dataclass(frozen=True)
@@ -402,48 +398,102 @@ def _retry_locked(alias: str, write: Callable[[], T]) -> T:
 _COUNTERS = ("last_seq", "last_role", "visible_from_seq", "buffer_tokens", "updated_at")
 _ROW_COLUMNS = ("seq", "role", "content", "citations", "tokens")
 
-# The statements, for PostgreSQL and SQLite (both quote names with double quotes). The
-# role rule and the trim are those of ``_append_locked``: the last role must differ
-# unless unchecked; ``visible_from_seq`` only moves forward. SET reads the old values,
-# RETURNING the new ones; the view's rows are read before the INSERT (SQLite) or from
-# the statement's snapshot (PostgreSQL), so they are the rows before the save.
-_S = '"squad_memory_slot"'
-_UPDATE = (
-    'UPDATE {slot} SET "last_seq" = "last_seq" + %s, "last_role" = %s, '
-    '"visible_from_seq" = CASE WHEN %s > 0 THEN {greatest}("visible_from_seq", '
-    '"last_seq" + %s - %s + 1) ELSE "visible_from_seq" END, "updated_at" = %s, '
-    '"buffer_tokens" = "buffer_tokens" + %s '
-    'WHERE "namespace" = %s AND "user_id" = %s AND "session_id" = %s AND "agent_id" = %s '
-    'AND NOT (%s AND "last_role" <> \'\' AND "last_role" = %s)'
-)
-_INSERT = (
-    'INSERT INTO "squad_memory_message" ("slot_id", "seq", "role", "content", "citations", '
-    '"timestamp", "text", "tokens")'
-)
-_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
-_PG_ROW = "(%s::int, %s, %s::jsonb, %s::jsonb, %s::bigint, %s, %s::int)"
-_AFTER = {
-    "buffer": 'CASE WHEN {s}."active" THEN {s}."covered_seq" ELSE {s}."visible_from_seq" - 1 END',
-    "visible": '{s}."visible_from_seq" - 1',
-}
+
+@functools.cache
+def _stored_fields() -> tuple[Any, ...]:
+    """The message fields a save writes besides its slot and sequence number: every concrete
+    field of :class:`Message` but those three (a field added to the model is stored)."""
+    return tuple(f for f in Message._meta.concrete_fields if f.name not in ("id", "slot", "seq"))
+
+
+def _c(model: type[models.Model], name: str) -> str:
+    """A model field's quoted column (PostgreSQL and SQLite quote with double quotes)."""
+    return f'"{model._meta.get_field(name).column}"'  # type: ignore[union-attr]
+
+
+# The statements, for PostgreSQL and SQLite, built from the models' ``_meta``. The role
+# rule and the trim are those of ``_append_locked``: the last role must differ unless
+# unchecked; ``visible_from_seq`` only moves forward. SET reads the old values, RETURNING
+# the new ones; the view's rows are read before the INSERT (SQLite) or from the statement's
+# snapshot (PostgreSQL), so they are the rows before the save.
+def _update(greatest: str) -> str:
+    """The save's UPDATE of the slot's row (params: count, role, keep, count, keep, now,
+    tokens, namespace, the key, check_role, the first role)."""
+    slot = _slot_model()
+    seq, role, visible = (_c(slot, n) for n in ("last_seq", "last_role", "visible_from_seq"))
+    key = " AND ".join(
+        f"{_c(slot, n)} = %s" for n in ("namespace", "user_id", "session_id", "agent_id")
+    )
+    tokens = _c(slot, "buffer_tokens")
+    return (
+        f'UPDATE "{slot._meta.db_table}" SET {seq} = {seq} + %s, {role} = %s, '
+        f"{visible} = CASE WHEN %s > 0 THEN {greatest}({visible}, {seq} + %s - %s + 1) "
+        f"ELSE {visible} END, {_c(slot, 'updated_at')} = %s, {tokens} = {tokens} + %s "
+        f"WHERE {key} AND NOT (%s AND {role} <> '' AND {role} = %s)"
+    )
+
+
+def _insert() -> str:
+    """``INSERT INTO`` the message table with its slot, sequence and stored columns."""
+    columns = [
+        _c(Message, "slot"),
+        _c(Message, "seq"),
+        *(f'"{f.column}"' for f in _stored_fields()),
+    ]
+    return f'INSERT INTO "{Message._meta.db_table}" ({", ".join(columns)})'
+
+
+@functools.cache
+def _insert_sql(count: int) -> str:
+    """SQLite's INSERT of ``count`` rows (params: each row's slot, sequence and columns)."""
+    row = "(" + ", ".join(["%s"] * (2 + len(_stored_fields()))) + ")"
+    return f"{_insert()} VALUES " + ", ".join([row] * count)
+
+
+def _pg_values(connection: Any, count: int) -> str:
+    """PostgreSQL's ``VALUES`` of ``count`` rows, each its index then the stored columns,
+    cast to their column types, named ``v(i, <columns>)``."""
+    casts = ", ".join(f"%s::{f.cast_db_type(connection)}" for f in _stored_fields())
+    names = ", ".join(f'"{f.column}"' for f in _stored_fields())
+    rows = ", ".join([f"(%s::int, {casts})"] * count)
+    return f"(VALUES {rows}) AS v(i, {names})"
+
+
 _AGGREGATE = {  # vendor: the JSON aggregate, array, and value functions
     "postgresql": ("json_agg", "json_build_array", ""),
     "sqlite": ("json_group_array", "json_array", "json"),
 }
 
 
+def _after(view: View, slot: str) -> str:
+    """The last sequence number before the view of the slot row ``slot``."""
+    model = _slot_model()
+    active, covered, visible = (
+        f"{slot}.{_c(model, n)}" for n in ("active", "covered_seq", "visible_from_seq")
+    )
+    if view == "visible":
+        return f"{visible} - 1"
+    return f"CASE WHEN {active} THEN {covered} ELSE {visible} - 1 END"
+
+
 def _tail(vendor: str, view: View | None, slot: str = "s") -> str:
-    """The view's rows of the slot row ``slot``, newest first, as one JSON array (one %s:
-    how many)."""
+    """The view's rows (:data:`_ROW_COLUMNS`) of the slot row ``slot``, newest first, as one
+    JSON array (one %s: how many)."""
     if view is None:
         return "NULL"
     agg, array, value = _AGGREGATE[vendor]
-    after = _AFTER[view].format(s=slot)
+    columns = [_c(Message, name) for name in _ROW_COLUMNS]
+    values = ", ".join(
+        f"{value}(m.{column})"
+        if isinstance(Message._meta.get_field(name), models.JSONField)
+        else f"m.{column}"
+        for name, column in zip(_ROW_COLUMNS, columns, strict=True)
+    )
+    seq = _c(Message, "seq")
     return (
-        f"(SELECT {agg}({array}(m.seq, m.role, {value}(m.content), {value}(m.citations), "
-        'm.tokens)) FROM (SELECT "seq", "role", "content", "citations", "tokens" '
-        f'FROM "squad_memory_message" WHERE "slot_id" = {slot}."id" AND "seq" > {after} '
-        'ORDER BY "seq" DESC LIMIT %s) m)'
+        f"(SELECT {agg}({array}({values})) FROM (SELECT {', '.join(columns)} "
+        f'FROM "{Message._meta.db_table}" WHERE {_c(Message, "slot")} = {slot}."id" '
+        f"AND {seq} > {_after(view, slot)} ORDER BY {seq} DESC LIMIT %s) m)"
     )
 
 
@@ -458,25 +508,28 @@ def _save_sql(alias: str, vendor: str, view: View | None, count: int) -> str:
     """The save: on PostgreSQL, the UPDATE and the INSERT of ``count`` rows in one statement
     (params: the UPDATE's, the count, the rows', the view's); on SQLite the UPDATE alone
     (the UPDATE's, the view's)."""
+    table = f'"{_slot_model()._meta.db_table}"'
     if vendor == "sqlite":  # RETURNING names the table itself
-        returning = f"{_loader(alias).select(_S)}, {_tail(vendor, view, _S)}"
-        return _UPDATE.format(slot=_S, greatest="MAX") + f" RETURNING {returning}"
-    tail = _tail(vendor, view)
-    rows = ", ".join([_PG_ROW] * count)
+        returning = f"{_loader(alias).select(table)}, {_tail(vendor, view, table)}"
+        return f"{_update('MAX')} RETURNING {returning}"
+    columns = ", ".join(f'v."{f.column}"' for f in _stored_fields())
+    last_seq = _c(_slot_model(), "last_seq")
     return (
-        f"WITH s AS ({_UPDATE.format(slot=_S, greatest='GREATEST')} RETURNING *), "
-        f'ins AS ({_INSERT} SELECT s."id", s."last_seq" - %s + v.i, v.role, v.content, '
-        f"v.citations, v.ts, v.text, v.tokens FROM s, (VALUES {rows}) "
-        f"AS v(i, role, content, citations, ts, text, tokens)) "
-        f"SELECT {_loader(alias).select('s')}, {tail} FROM s"
+        f"WITH s AS ({_update('GREATEST')} RETURNING *), "
+        f'ins AS ({_insert()} SELECT s."id", s.{last_seq} - %s + v.i, {columns} '
+        f"FROM s, {_pg_values(connections[alias], count)}) "
+        f"SELECT {_loader(alias).select('s')}, {_tail(vendor, view)} FROM s"
     )
 
 
 @functools.cache
 def _read_sql(alias: str, vendor: str, view: View) -> str:
     """A slot by its key and its view's rows (params: the view's, then the key)."""
+    model = _slot_model()
+    key = " AND ".join(
+        f"s.{_c(model, n)} = %s" for n in ("namespace", "user_id", "session_id", "agent_id")
+    )
     return (
-        f"SELECT {_loader(alias).select('s')}, {_tail(vendor, view)} FROM {_S} s "
-        'WHERE s."namespace" = %s '
-        'AND s."user_id" = %s AND s."session_id" = %s AND s."agent_id" = %s'
+        f"SELECT {_loader(alias).select('s')}, {_tail(vendor, view)} "
+        f'FROM "{model._meta.db_table}" s WHERE {key}'
     )
