@@ -5,6 +5,7 @@ tests/test_django_tasks_worker.py."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -282,3 +283,18 @@ def test_a_backend_that_hangs_or_fails_never_holds_or_fails_the_save(
     assert caplog.text.count("Could not enqueue the compression") == 3
     assert cs.CALLS == [] and not Compression.objects.exists()
     assert not DBTaskResult.objects.exists()
+
+
+def test_a_slot_deleted_while_it_compresses_queues_no_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    memory = store()
+    save_pairs(0, 3, memory)
+    memory.fetch_chat_sync(*KEY)
+    cs.DURING.append(lambda: Slot.objects.all().delete())
+    with caplog.at_level(logging.INFO, logger="squad_memory"):
+        work()
+    (row,) = DBTaskResult.objects.all()  # no retry enqueued
+    assert row.status == "SUCCESSFUL" and row.return_value == "skipped"
+    assert "cancelled: the slot was deleted" in caplog.text and "failed" not in caplog.text
+    assert not Compression.objects.exists()
