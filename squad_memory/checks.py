@@ -9,8 +9,10 @@ import importlib.util
 import math
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
+from django.db import router
 from django.utils.module_loading import import_string
 
 from squad_memory.compression import dispatcher_class
@@ -141,29 +143,39 @@ def _llm() -> list[CheckMessage]:
     return errors
 
 
+APP_LABEL = "squad_memory"
 _SQLITE_OPTIONS = '{"transaction_mode": "IMMEDIATE", "timeout": 20}'
 
 
 @register()
 def check_sqlite(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W002: SQLite as the default database must wait for a second writer's lock."""
-    default = settings.DATABASES.get("default", {})
-    if default.get("ENGINE") != "django.db.backends.sqlite3":
-        return []
-    options = default.get("OPTIONS") or {}
-    immediate = str(options.get("transaction_mode", "")).upper() == "IMMEDIATE"
-    if immediate and "timeout" in options:
-        return []
+    """W002: a SQLite database squad_memory's models are written to (the router's choice,
+    ``default`` without a router) must wait for a second writer's lock."""
     return [
         Warning(
-            "The default database is SQLite without OPTIONS "
+            f"The database {alias!r} that squad_memory writes to is SQLite without OPTIONS "
             '"transaction_mode": "IMMEDIATE" and a "timeout": saves fail with '
             '"database is locked" while another process (a worker, a second web process, '
             "a management command) writes.",
-            hint=f"Set DATABASES['default']['OPTIONS'] to include {_SQLITE_OPTIONS}.",
+            hint=f"Set DATABASES[{alias!r}]['OPTIONS'] to include {_SQLITE_OPTIONS}.",
             id="squad_memory.W002",
         )
+        for alias in sorted(_written_aliases())
+        if not _waits_for_writers(settings.DATABASES.get(alias, {}))
     ]
+
+
+def _written_aliases() -> set[str]:
+    """The aliases the routers send squad_memory's writes to (reads take no write lock)."""
+    return {router.db_for_write(model) for model in apps.get_app_config(APP_LABEL).get_models()}
+
+
+def _waits_for_writers(database: dict[str, Any]) -> bool:
+    if database.get("ENGINE") != "django.db.backends.sqlite3":
+        return True
+    options = database.get("OPTIONS") or {}
+    immediate = str(options.get("transaction_mode", "")).upper() == "IMMEDIATE"
+    return immediate and "timeout" in options
 
 
 SWEEP_TASK = "squad_memory.tasks.sweep"
