@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from django.apps import apps
@@ -170,7 +171,7 @@ def _written_aliases() -> set[str]:
     return {router.db_for_write(model) for model in apps.get_app_config(APP_LABEL).get_models()}
 
 
-def _waits_for_writers(database: dict[str, Any]) -> bool:
+def _waits_for_writers(database: Mapping[str, Any]) -> bool:
     if database.get("ENGINE") != "django.db.backends.sqlite3":
         return True
     options = database.get("OPTIONS") or {}
