@@ -69,7 +69,7 @@ def summarize_slot(
     attempt: int = 1,
 ) -> str:
     """Run the compression claimed with ``token`` (see the module); returns its outcome."""
-    retry = attempt <= int(app_settings.raw("CELERY_MAX_RETRIES")) and _backend().supports_defer
+    retry = attempt <= app_settings.celery_max_retries and _backend().supports_defer
     claimed = Claim(slot_id, token, keep_last)
     # Running now: a worker killed from here on frees the slot within one CLAIM_LEASE.
     renew(slot_id, token, app_settings.claim_lease)

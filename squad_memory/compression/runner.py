@@ -143,10 +143,10 @@ def check_smaller(output: list[MessageDict], snap: Snapshot, keep_last: int) -> 
     (one not copied from the input) over ``MAX_SUMMARY_CHARS`` characters; or more written
     characters than the larger of ``MAX_SUMMARY_CHARS`` and those of the messages it replaced."""
     given, limit = snap.messages, app_settings.max_summary_chars
-    if len(output) > len(given) or len(output) == len(given) > 2 * keep_last + 2:
+    if len(output) > len(given):
         raise InvalidSummarizerOutput(
             f"The summarizer returned {len(output)} messages for {len(given)}; a compression "
-            "must return fewer messages than it was given (a summary plus the kept pairs)."
+            "must not return more messages than it was given (a summary plus the kept pairs)."
         )
     given_prints = {_fingerprint(m) for m in given}
     output_prints = {_fingerprint(m) for m in output}
@@ -163,6 +163,12 @@ def check_smaller(output: list[MessageDict], snap: Snapshot, keep_last: int) -> 
         raise InvalidSummarizerOutput(
             f"The summarizer wrote {wrote} characters in place of {replaced}; output larger "
             f"than its input and than MAX_SUMMARY_CHARS ({limit}) is not applied."
+        )
+    if len(output) == len(given) > 2 * keep_last + 2:
+        raise InvalidSummarizerOutput(
+            f"The summarizer returned {len(output)} messages for {len(given)}; a compression "
+            "must return fewer messages than it was given (a summary plus the kept pairs), or "
+            "the buffer stays as long and the next save compresses it again."
         )
 
 
