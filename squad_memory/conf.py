@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "TASKS_BACKEND": "default",
     "TASKS_QUEUE": "default",
     "TASKS_PRIORITY": 0,
+    # Tasks mode with django-tasks-db: seconds finished compressions' task rows are kept.
+    "TASKS_RESULTS_TTL": 24 * 60 * 60,
     "USER_ID_RESOLVER": "squad_memory.api.access.default_user_id",
     "API_POST_PERMISSION": "squad_memory.add_message",
     "MAX_MESSAGE_BYTES": 64 * 1024,
@@ -115,6 +117,7 @@ NUMBERS: dict[str, Range] = {
     "MAX_ID_LENGTH": Range(1, 255, integer=True),
     "MAX_SUMMARY_CHARS": Range(100, integer=True),
     "SEARCH_TIMEOUT": Range(0, 3600, optional=True),
+    "TASKS_RESULTS_TTL": Range(0, MAX_DAYS * 86400, optional=True),
 }
 #: ... and of the numeric keys of ``LLM``.
 LLM_NUMBERS: dict[str, Range] = {
@@ -180,6 +183,7 @@ class Settings:
     celery_max_retries = Setting(int)
     celery_retry_backoff = Setting(float)
     celery_retry_backoff_max = Setting(float)
+    tasks_results_ttl = Setting(lambda value: None if value is None else float(value))
     max_message_bytes = Setting(int)
     max_batch_size = Setting(int)
     max_id_length = Setting(int)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 
 from django.db import connections, transaction
@@ -67,6 +67,15 @@ class Dispatcher:
 
     def start(self, claimed: Claim, trigger: str) -> Result:
         raise NotImplementedError
+
+    def waiting(self, tokens: Collection[str]) -> set[str]:
+        """Of the claims ``tokens`` name, those whose compression still waits in the queue (the
+        sweep renews their claims instead of enqueueing them twice); None known by default."""
+        return set()
+
+    def prune(self) -> int:
+        """Delete what the queue keeps of finished compressions (the sweep calls it); how many."""
+        return 0
 
     @classmethod
     def check(cls) -> list[str]:
