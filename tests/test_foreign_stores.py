@@ -201,3 +201,9 @@ def test_concurrent_saves_over_a_foreign_store_keep_the_buffer_and_the_store_in_
     assert len(history) > 6
     assert errors == []
     assert texts(store.fetch_chat_sync("u", "s", "a"))[1:] == history[4:]  # the kept pair, then
+
+
+def test_an_empty_save_over_a_foreign_store_creates_no_slot() -> None:
+    store = SummarizingChatStorage(InMemoryChatStorage(), summarizers.fold, 2, 1)
+    assert store.save_chat_messages_sync("u", "s", "a", []) == []
+    assert not Slot.objects.exists()

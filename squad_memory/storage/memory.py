@@ -175,10 +175,10 @@ class Memory:
         the policy says ``on_error="raise"``.
         """
         dicts = to_dicts(messages)
-        with self.journal.one_writer(key):
-            inner = None
-            if dicts:
-                inner = self.journal.save(key, messages, check_role, max_history_size)
+        with self.journal.one_writer(key) if dicts else nullcontext():
+            inner = (
+                self.journal.save(key, messages, check_role, max_history_size) if dicts else None
+            )
             appended = Slot.objects.append(
                 key,
                 dicts,
