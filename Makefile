@@ -24,7 +24,8 @@ install-demo: $(VENV)/.installed-demo
 install: $(VENV)/.installed-dev
 
 ## The demo: SQLite, offline summarizer, serves on 127.0.0.1:8000, compressions in the
-## background by a `db_worker` beside the server (tasks mode: no broker, nothing but Python).
+## background by a `db_worker` beside the server (tasks mode: no broker, nothing but Python),
+## started again a second after it exits (as a database restart makes it), until the demo ends.
 ## SQUAD_MEMORY_MODE=inline compresses in the saves; =celery needs a broker and a Celery
 ## worker of your own. DEMO_ARGS are passed on to `manage.py demo` (e.g. --addrport).
 DEMO_MODE = $(or $(SQUAD_MEMORY_MODE),tasks)
@@ -32,9 +33,14 @@ demo: install-demo
 	$(BIN)/python manage.py migrate --verbosity 0
 	@export SQUAD_MEMORY_MODE=$(DEMO_MODE); \
 	if [ "$$SQUAD_MEMORY_MODE" = tasks ]; then \
-	  $(BIN)/python manage.py db_worker --no-reload --queue-name '*' & worker=$$!; \
+	  ( trap 'kill $$pid 2>/dev/null; exit 0' INT TERM; \
+	    while :; do \
+	      $(BIN)/python manage.py db_worker --no-reload --queue-name '*' & pid=$$!; \
+	      echo "Compressions run in the background: db_worker (pid $$pid), no broker."; \
+	      wait $$pid; echo "db_worker (pid $$pid) exited with $$?; starting it again in 1 s."; \
+	      sleep 1; \
+	    done ) & worker=$$!; \
 	  trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
-	  echo "Compressions run in the background: db_worker (pid $$worker), no broker."; \
 	fi; \
 	$(BIN)/python manage.py demo $(DEMO_ARGS)
 

@@ -6,16 +6,25 @@ database, in the words of the rules they check (:mod:`squad_memory.compression.p
 from __future__ import annotations
 
 import importlib.util
-import math
+from collections.abc import Mapping
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
+from django.db import router
 from django.utils.module_loading import import_string
 
 from squad_memory.compression import dispatcher_class
 from squad_memory.compression.policy import ON_ERROR, choice_problems, limits_problems
-from squad_memory.conf import DEFAULTS, SETTING_NAME, app_settings
+from squad_memory.conf import (
+    DEFAULTS,
+    LLM_NUMBERS,
+    NUMBERS,
+    SETTING_NAME,
+    app_settings,
+    number_problem,
+)
 from squad_memory.exceptions import ConfigurationError
 from squad_memory.models import Limits
 from squad_memory.rules import idempotency_ttl_problem, retain_days_problem
@@ -89,19 +98,25 @@ def _choices() -> list[CheckMessage]:
     return errors + [_error(f": {problem}", "E007") for problem in problems]
 
 
+#: Check ids of the numeric settings that have one of their own (the rest: E009).
+_NUMBER_IDS = {"MAX_ID_LENGTH": "E010", "MAX_SUMMARY_CHARS": "E021"}
+
+
 def _numbers() -> list[CheckMessage]:
-    errors: list[CheckMessage] = []
-    positive = ("PENDING_TIMEOUT", "MAX_MESSAGE_BYTES", "MAX_BATCH_SIZE", "MAX_ID_LENGTH")
-    for name in (*positive, "DATABASE_THREADS", "SUMMARIZER_THREADS"):
-        value = app_settings.raw(name)
-        if not _number(value) or value < 1:
-            errors.append(_error(f"[{name!r}] must be a number >= 1, got {value!r}.", "E009"))
-    retries = app_settings.raw("CELERY_MAX_RETRIES")
-    if not _number(retries) or retries < 0:
-        errors.append(_error(f"['CELERY_MAX_RETRIES'] must be >= 0, got {retries!r}.", "E009"))
-    length = app_settings.raw("MAX_ID_LENGTH")
-    if _number(length) and length > 255:
-        errors.append(_error("['MAX_ID_LENGTH'] cannot exceed 255, the id columns.", "E010"))
+    """E009 (E010, E021): each numeric setting in its range (:data:`NUMBERS`); E025: ``LLM``'s."""
+    errors: list[CheckMessage] = [
+        Error(problem, id=f"squad_memory.{_NUMBER_IDS.get(name, 'E009')}")
+        for name in NUMBERS
+        if (problem := number_problem(name, app_settings.raw(name))) is not None
+    ]
+    llm = app_settings.raw("LLM")
+    if isinstance(llm, dict):
+        merged = {**DEFAULTS["LLM"], **llm}
+        errors += [
+            Error(problem, id="squad_memory.E025")
+            for name in LLM_NUMBERS
+            if (problem := number_problem(name, merged[name], LLM_NUMBERS)) is not None
+        ]
     if (retain := retain_days_problem(app_settings.raw("RETAIN_DAYS"))) is not None:
         errors.append(Error(retain, id="squad_memory.E030"))
     if (ttl := idempotency_ttl_problem(app_settings.raw("IDEMPOTENCY_TTL"))) is not None:
@@ -109,22 +124,15 @@ def _numbers() -> list[CheckMessage]:
     return errors
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 _LLM_PATH = "squad_memory.summarizers.llm.summarize"
 
 
 def _llm() -> list[CheckMessage]:
-    """``LLM`` (E020-E024), checked fully when the LLM summarizer is configured."""
-    conf, size = app_settings.raw("LLM"), app_settings.raw("MAX_SUMMARY_CHARS")
+    """``LLM`` (E020, E022-E024), checked fully when the LLM summarizer is configured."""
+    conf = app_settings.raw("LLM")
     if not isinstance(conf, dict):
         return [_error("['LLM'] must be a dict.", "E020")]
     errors: list[CheckMessage] = []
-    if not (_number(size) and isinstance(size, int) and size >= 100):
-        text = f"['MAX_SUMMARY_CHARS'] must be an integer >= 100, got {size!r}."
-        errors.append(_error(text, "E021"))
     if app_settings.raw("SUMMARIZER") != _LLM_PATH:
         return errors
     merged = {**DEFAULTS["LLM"], **conf}
@@ -142,29 +150,39 @@ def _llm() -> list[CheckMessage]:
     return errors
 
 
+APP_LABEL = "squad_memory"
 _SQLITE_OPTIONS = '{"transaction_mode": "IMMEDIATE", "timeout": 20}'
 
 
 @register()
 def check_sqlite(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W002: SQLite as the default database must wait for a second writer's lock."""
-    default = settings.DATABASES.get("default", {})
-    if default.get("ENGINE") != "django.db.backends.sqlite3":
-        return []
-    options = default.get("OPTIONS") or {}
-    immediate = str(options.get("transaction_mode", "")).upper() == "IMMEDIATE"
-    if immediate and "timeout" in options:
-        return []
+    """W002: a SQLite database squad_memory's models are written to (the router's choice,
+    ``default`` without a router) must wait for a second writer's lock."""
     return [
         Warning(
-            "The default database is SQLite without OPTIONS "
+            f"The database {alias!r} that squad_memory writes to is SQLite without OPTIONS "
             '"transaction_mode": "IMMEDIATE" and a "timeout": saves fail with '
             '"database is locked" while another process (a worker, a second web process, '
             "a management command) writes.",
-            hint=f"Set DATABASES['default']['OPTIONS'] to include {_SQLITE_OPTIONS}.",
+            hint=f"Set DATABASES[{alias!r}]['OPTIONS'] to include {_SQLITE_OPTIONS}.",
             id="squad_memory.W002",
         )
+        for alias in sorted(_written_aliases())
+        if not _waits_for_writers(settings.DATABASES.get(alias, {}))
     ]
+
+
+def _written_aliases() -> set[str]:
+    """The aliases the routers send squad_memory's writes to (reads take no write lock)."""
+    return {router.db_for_write(model) for model in apps.get_app_config(APP_LABEL).get_models()}
+
+
+def _waits_for_writers(database: Mapping[str, Any]) -> bool:
+    if database.get("ENGINE") != "django.db.backends.sqlite3":
+        return True
+    options = database.get("OPTIONS") or {}
+    immediate = str(options.get("transaction_mode", "")).upper() == "IMMEDIATE"
+    return immediate and "timeout" in options
 
 
 SWEEP_TASK = "squad_memory.tasks.sweep"

@@ -5,12 +5,16 @@ setting is documented in ``docs/reference/settings.md``, kept in step with this 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
+
+from squad_memory.exceptions import ConfigurationError
 
 SETTING_NAME = "SQUAD_MEMORY"
 
@@ -42,6 +46,8 @@ DEFAULTS: dict[str, Any] = {
     "TASKS_BACKEND": "default",
     "TASKS_QUEUE": "default",
     "TASKS_PRIORITY": 0,
+    # Tasks mode with django-tasks-db: seconds finished compressions' task rows are kept.
+    "TASKS_RESULTS_TTL": 24 * 60 * 60,
     "USER_ID_RESOLVER": "squad_memory.api.access.default_user_id",
     "API_POST_PERMISSION": "squad_memory.add_message",
     "MAX_MESSAGE_BYTES": 64 * 1024,
@@ -69,6 +75,74 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+#: The longest time setting, in days (further out, a cutoff date would overflow).
+MAX_DAYS = 36525
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric setting accepts: ``low`` (excluded if ``above``) to ``high``,
+    integers only if ``integer``, and None too if ``optional``."""
+
+    low: float
+    high: float = math.inf
+    integer: bool = False
+    optional: bool = False
+    above: bool = False
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.optional
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else int | float):
+            return False
+        if not math.isfinite(value) or value > self.high:
+            return False
+        return value > self.low if self.above else value >= self.low
+
+    def __str__(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        low = f"above {self.low:g}" if self.above else f"of at least {self.low:g}"
+        high = "" if math.isinf(self.high) else f" and at most {self.high:g}"
+        return f"{'None or ' if self.optional else ''}{kind} {low}{high}"
+
+
+#: The range of every numeric setting the system checks and :class:`Settings` check (the sizes
+#: ``TRIGGER_AT``... are checked together by the compression policy; ``RETAIN_DAYS`` and
+#: ``IDEMPOTENCY_TTL`` by :mod:`squad_memory.rules`; ``TASKS_PRIORITY`` by the task backend).
+NUMBERS: dict[str, Range] = {
+    "PENDING_TIMEOUT": Range(1, MAX_DAYS * 86400),
+    "CLAIM_LEASE": Range(0.5, MAX_DAYS * 86400),
+    "PUBLISH_TIMEOUT": Range(0, 60, above=True),
+    "CELERY_MAX_RETRIES": Range(0, 100, integer=True),
+    "CELERY_RETRY_BACKOFF": Range(0, 86400),
+    "CELERY_RETRY_BACKOFF_MAX": Range(0, 86400),
+    "MAX_MESSAGE_BYTES": Range(1, integer=True),
+    "MAX_BATCH_SIZE": Range(1, integer=True),
+    "MAX_ID_LENGTH": Range(1, 255, integer=True),
+    "MAX_SUMMARY_CHARS": Range(100, integer=True),
+    "SEARCH_TIMEOUT": Range(0, 3600, optional=True),
+    "TASKS_RESULTS_TTL": Range(0, MAX_DAYS * 86400, optional=True),
+    "DATABASE_THREADS": Range(1, 1000, integer=True),
+    "SUMMARIZER_THREADS": Range(1, 1000, integer=True),
+}
+#: ... and of the numeric keys of ``LLM``.
+LLM_NUMBERS: dict[str, Range] = {
+    "TIMEOUT": Range(0, 3600, above=True),
+    "MAX_RETRIES": Range(0, 100, integer=True),
+    "MAX_TOKENS": Range(1, integer=True, optional=True),
+    "SUMMARY_TOKENS": Range(1, integer=True, optional=True),
+    "TEMPERATURE": Range(0, 2, optional=True),
+}
+
+
+def number_problem(name: str, value: Any, ranges: dict[str, Range] = NUMBERS) -> str | None:
+    """Why ``value`` cannot be the numeric setting ``name`` (a key of ``ranges``), or None."""
+    if ranges[name].accepts(value):
+        return None
+    where = f"[{name!r}]" if ranges is NUMBERS else f"['LLM'][{name!r}]"
+    return f"{SETTING_NAME}{where} must be {ranges[name]}, got {value!r}."
+
+
 T = TypeVar("T")
 
 
@@ -91,7 +165,12 @@ class Setting(Generic[T]):
     @overload
     def __get__(self, instance: Settings, owner: type) -> T: ...
     def __get__(self, instance: Settings | None, owner: type) -> Setting[T] | T:
-        return self if instance is None else self.convert(instance.raw(self.name))
+        if instance is None:
+            return self
+        value = instance.raw(self.name)
+        if self.name in NUMBERS and (problem := number_problem(self.name, value)) is not None:
+            raise ConfigurationError(problem)
+        return self.convert(value)
 
 
 class Settings:
@@ -109,6 +188,10 @@ class Settings:
     publish_timeout = Setting(float)
     database_threads = Setting(int)
     summarizer_threads = Setting(int)
+    celery_max_retries = Setting(int)
+    celery_retry_backoff = Setting(float)
+    celery_retry_backoff_max = Setting(float)
+    tasks_results_ttl = Setting(lambda value: None if value is None else float(value))
     max_message_bytes = Setting(int)
     max_batch_size = Setting(int)
     max_id_length = Setting(int)
@@ -145,7 +228,11 @@ class Settings:
         configured = self.raw("LLM") or {}
         if not isinstance(configured, dict):
             raise ImproperlyConfigured(f"{SETTING_NAME}['LLM'] must be a dict.")
-        return {**DEFAULTS["LLM"], **configured}
+        merged = {**DEFAULTS["LLM"], **configured}
+        for name in LLM_NUMBERS:
+            if (problem := number_problem(name, merged[name], LLM_NUMBERS)) is not None:
+                raise ConfigurationError(problem)
+        return merged
 
 
 def resolve_callable(name: str, value: Any) -> Callable[..., Any]:

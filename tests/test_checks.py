@@ -43,6 +43,20 @@ def test_defaults_pass() -> None:
         ({"TRIGGER_TOKENS": 500, "MAX_BUFFER_TOKENS": 100}, "squad_memory.E040"),
         ({"TOKEN_COUNTER": "no.such.module.count"}, "squad_memory.E041"),
         ({"TOKEN_COUNTER": "squad_memory.rules.BYTES_PER_TOKEN"}, "squad_memory.E041"),
+        ({"CLAIM_LEASE": 0}, "squad_memory.E009"),
+        ({"CLAIM_LEASE": -5}, "squad_memory.E009"),
+        ({"PUBLISH_TIMEOUT": 0}, "squad_memory.E009"),
+        ({"PUBLISH_TIMEOUT": -1.0}, "squad_memory.E009"),
+        ({"PUBLISH_TIMEOUT": 2000}, "squad_memory.E009"),  # milliseconds, by mistake
+        ({"CELERY_MAX_RETRIES": 1.5}, "squad_memory.E009"),
+        ({"CELERY_RETRY_BACKOFF": -1}, "squad_memory.E009"),
+        ({"CELERY_RETRY_BACKOFF_MAX": "60"}, "squad_memory.E009"),
+        ({"SEARCH_TIMEOUT": -1}, "squad_memory.E009"),
+        ({"MAX_ID_LENGTH": 0}, "squad_memory.E010"),
+        ({"MAX_SUMMARY_CHARS": 50}, "squad_memory.E021"),
+        ({"LLM": {"TIMEOUT": 0}}, "squad_memory.E025"),
+        ({"LLM": {"TEMPERATURE": 5}}, "squad_memory.E025"),
+        ({"LLM": {"MAX_TOKENS": 0}}, "squad_memory.E025"),
     ],
 )
 def test_bad_settings_are_reported(settings: dict[str, Any], expected: str) -> None:
@@ -98,3 +112,64 @@ def test_a_warning_where_nothing_schedules_the_sweep() -> None:
     with override_settings(CELERY_BEAT_SCHEDULE=beat):
         assert check_sweep_scheduled() == []
     assert "cron" in Command.help and "squad_memory.tasks.sweep" in Command.help
+
+
+#: Numeric settings whose range is checked elsewhere: the sizes together (E003-E005, E040),
+#: RETAIN_DAYS (E030), IDEMPOTENCY_TTL (E009) and TASKS_PRIORITY (the task backend, E006).
+CHECKED_ELSEWHERE = {
+    "TRIGGER_AT",
+    "KEEP_LAST",
+    "RETAIN_DAYS",
+    "IDEMPOTENCY_TTL",
+    "TASKS_PRIORITY",
+}
+
+
+def test_every_numeric_setting_has_a_checked_range() -> None:
+    from squad_memory.conf import DEFAULTS, LLM_NUMBERS, NUMBERS
+
+    def numeric(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    top = {name for name, value in DEFAULTS.items() if numeric(value)}
+    assert top - CHECKED_ELSEWHERE <= set(NUMBERS)
+    llm = {name for name, value in DEFAULTS["LLM"].items() if numeric(value)}
+    assert llm <= set(LLM_NUMBERS)
+    assert ids() == []  # the defaults are in range
+
+
+@pytest.mark.parametrize(
+    "name,value,read",
+    [
+        ("CLAIM_LEASE", 0, lambda: app_settings.claim_lease),
+        ("PUBLISH_TIMEOUT", -1, lambda: app_settings.publish_timeout),
+        ("CELERY_RETRY_BACKOFF", -2, lambda: app_settings.celery_retry_backoff),
+        ("LLM", {"TIMEOUT": 0}, lambda: app_settings.llm),
+    ],
+)
+def test_a_number_out_of_range_raises_where_it_is_read(name: str, value: Any, read: Any) -> None:
+    from squad_memory.exceptions import ConfigurationError
+
+    match = rf"SQUAD_MEMORY\['{name}'\].*got"
+    with (
+        override_settings(SQUAD_MEMORY={name: value}),
+        pytest.raises(ConfigurationError, match=match),
+    ):
+        read()
+
+
+@pytest.mark.django_db
+def test_a_save_with_a_zero_claim_lease_claims_nothing() -> None:
+    """CLAIM_LEASE = 0 would renew the lease in a busy loop while a summarizer runs."""
+    import squad_memory
+    from squad_memory.exceptions import ConfigurationError
+    from squad_memory.models import Slot
+    from tests.conftest import msg
+
+    with override_settings(SQUAD_MEMORY={"CLAIM_LEASE": 0, "TRIGGER_AT": 1, "KEEP_LAST": 0}):
+        store = squad_memory.get_storage()
+        pairs = [msg("user", "q"), msg("assistant", "a")] * 2
+        store.save_chat_messages_sync("u", "s", "a", pairs)
+        with pytest.raises(ConfigurationError, match="CLAIM_LEASE"):
+            store.fetch_chat_sync("u", "s", "a")
+    assert Slot.objects.get().pending_token == ""

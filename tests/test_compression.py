@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from agent_squad.types import ConversationMessage
 from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
@@ -17,6 +19,8 @@ import squad_memory
 from squad_memory import compression
 from squad_memory.compression import log
 from squad_memory.models import Compression, Limits, Message, Outcome, Slot
+from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
+from tests import celery_summarizers as cs
 from tests.api_support import Users, client_for, fill, text_of
 from tests.conftest import extra, msg
 
@@ -138,3 +142,76 @@ def test_the_log_records_what_a_compression_read_by_reference() -> None:
         previous = log.output_of(row.previous) if row.previous else []
         assert before == previous + span
         assert len(row.output or []) < len(log.output_of(row) or [])  # kept messages by reference
+
+
+# -- refusals, skips and cancellations ---------------------------------------------------------
+
+KEY = ("u", "s", "a")
+
+
+def summary_in_place_of_the_first(history: list[Any], keep_last: int) -> list[Any]:
+    """Makes no progress: a summary in place of the first message, as many as it was given."""
+    CALLS.append(len(history))
+    return [ConversationMessage("user", [{"text": "S"}]), *history[1:]]
+
+
+def unchanged(history: list[Any], keep_last: int) -> list[Any]:
+    CALLS.append(len(history))
+    return list(history)
+
+
+CALLS: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_calls() -> None:
+    CALLS.clear()
+
+
+def pair(i: int) -> list[ConversationMessage]:
+    return [msg("user", f"u{i}"), msg("assistant", f"a{i}")]
+
+
+def test_a_compression_that_does_not_shrink_the_buffer_is_refused_and_backs_off() -> None:
+    store = SummarizingChatStorage(DjangoChatStorage(), summary_in_place_of_the_first, 2, 1)
+    for i in range(3):
+        store.save_chat_messages_sync(*KEY, pair(i))
+    store.fetch_chat_sync(*KEY)  # activates: the first compression
+    for i in range(3, 12):
+        store.save_chat_messages_sync(*KEY, pair(i))
+        store.fetch_chat_sync(*KEY)
+    assert CALLS == [6]  # refused once, then no save asks again while it backs off
+    row = Compression.objects.get()
+    assert row.outcome == "failed" and "InvalidSummarizerOutput" in row.error
+    assert "fewer messages" in row.error
+    slot = Slot.objects.get()
+    assert slot.covered_seq == 0 and slot.retry_after is not None
+    assert slot.retry_after > timezone.now() + timedelta(seconds=590)  # PENDING_TIMEOUT
+
+
+def test_a_skipped_compression_is_logged_as_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    store = SummarizingChatStorage(DjangoChatStorage(), unchanged, 2, 1)
+    store.save_chat_messages_sync(*KEY, [m for i in range(3) for m in pair(i)])
+    with caplog.at_level(logging.INFO, logger="squad_memory"):
+        assert store.compress_now(*KEY).outcome == Outcome.SKIPPED
+    assert CALLS == [6]
+    assert "stale" not in caplog.text
+    assert "skipped: the summarizer returned the buffer unchanged" in caplog.text
+
+
+def test_a_slot_deleted_while_it_compresses_is_cancelled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = SummarizingChatStorage(DjangoChatStorage(), "tests.celery_summarizers.fold", 2, 1)
+    store.save_chat_messages_sync(*KEY, [m for i in range(3) for m in pair(i)])
+    cs.DURING.append(lambda: Slot.objects.all().delete())
+    with caplog.at_level(logging.INFO, logger="squad_memory"):
+        result = store.compress_now(*KEY)
+    assert (result.outcome, result.error, result.detail) == (
+        Outcome.SKIPPED,
+        None,
+        "cancelled: the slot was deleted",
+    )
+    assert "cancelled: the slot was deleted while it compressed" in caplog.text
+    assert "failed" not in caplog.text and "interrupted" not in caplog.text
+    assert not Slot.objects.exists() and not Compression.objects.exists()

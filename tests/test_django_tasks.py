@@ -5,7 +5,9 @@ tests/test_django_tasks_worker.py."""
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -249,6 +251,53 @@ def test_the_sweep_enqueues_a_claim_whose_lease_ran_out() -> None:
     assert attempts() == [(1, "applied")] and slot().pending_token == ""
 
 
+def test_the_sweep_leaves_compressions_still_queued_and_keeps_their_claims() -> None:
+    """A backlog older than PENDING_TIMEOUT: nothing is enqueued twice, the claims hold."""
+    keys = [("u1", f"s{i}", "agent") for i in range(3)]
+    for key in keys:
+        memory = store()
+        for i in range(3):
+            memory.save_chat_messages_sync(*key, [msg("user", f"u{i}"), msg("assistant", f"a{i}")])
+        memory.fetch_chat_sync(*key)
+    tokens = set(Slot.objects.values_list("pending_token", flat=True))
+    assert DBTaskResult.objects.filter(status="READY").count() == 3 and "" not in tokens
+    Slot.objects.update(lease_until=timezone.now() - timedelta(seconds=1))  # no worker came
+    report = housekeeping.sweep()
+    assert (report.enqueued, report.waiting) == (0, 3)
+    assert DBTaskResult.objects.count() == 3  # the backlog did not double
+    assert set(Slot.objects.values_list("pending_token", flat=True)) == tokens
+    assert all(s.lease_until > timezone.now() + timedelta(seconds=500) for s in Slot.objects.all())
+    work()
+    assert attempts() == [(1, "applied")] * 3 and not Slot.objects.exclude(pending_token="")
+
+
+def test_the_sweep_deletes_finished_task_rows_of_compressions(tasks_settings: Any) -> None:
+    tasks_settings.SQUAD_MEMORY = {**tasks_settings.SQUAD_MEMORY, "TASKS_RESULTS_TTL": 3600}
+    memory = store()
+    save_pairs(0, 3, memory)
+    memory.fetch_chat_sync(*KEY)
+    work()
+    old = DBTaskResult.objects.get()
+    other = DBTaskResult.objects.get()  # a finished task of another app, as old
+    other.id, other.task_path = uuid.uuid4(), "elsewhere.tasks.send_mail"
+    other.save(force_insert=True)
+    DBTaskResult.objects.update(finished_at=timezone.now() - timedelta(hours=2))
+    save_pairs(3, 5, memory)  # a newer one, finished now, and one still queued
+    work()
+    save_pairs(5, 7, memory)
+    assert DBTaskResult.objects.filter(status="READY").count() == 1
+    assert housekeeping.sweep().pruned == 1
+    assert not DBTaskResult.objects.filter(pk=old.pk).exists()
+    left = DBTaskResult.objects.values_list("task_path", "status")
+    ours = "squad_memory.compression.django_tasks.summarize_slot"
+    assert sorted(left) == sorted(
+        [("elsewhere.tasks.send_mail", "SUCCESSFUL"), (ours, "SUCCESSFUL"), (ours, "READY")]
+    )
+    tasks_settings.SQUAD_MEMORY = {**tasks_settings.SQUAD_MEMORY, "TASKS_RESULTS_TTL": None}
+    DBTaskResult.objects.update(finished_at=timezone.now() - timedelta(days=400))
+    assert housekeeping.sweep().pruned == 0  # None keeps them
+
+
 # -- a backend that hangs or fails --------------------------------------------------------------
 
 
@@ -282,3 +331,18 @@ def test_a_backend_that_hangs_or_fails_never_holds_or_fails_the_save(
     assert caplog.text.count("Could not enqueue the compression") == 3
     assert cs.CALLS == [] and not Compression.objects.exists()
     assert not DBTaskResult.objects.exists()
+
+
+def test_a_slot_deleted_while_it_compresses_queues_no_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    memory = store()
+    save_pairs(0, 3, memory)
+    memory.fetch_chat_sync(*KEY)
+    cs.DURING.append(lambda: Slot.objects.all().delete())
+    with caplog.at_level(logging.INFO, logger="squad_memory"):
+        work()
+    (row,) = DBTaskResult.objects.all()  # no retry enqueued
+    assert row.status == "SUCCESSFUL" and row.return_value == "skipped"
+    assert "cancelled: the slot was deleted" in caplog.text and "failed" not in caplog.text
+    assert not Compression.objects.exists()

@@ -11,12 +11,14 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import closing
@@ -211,6 +213,51 @@ def test_make_demo_compresses_in_a_worker_beside_the_server(tmp_path: Path) -> N
     wait_for(lambda: not _alive(demo.pid), 10, "the server and the worker to stop")
 
 
+def test_make_demo_starts_its_worker_again_when_it_exits(tmp_path: Path) -> None:
+    """A worker that exits (as a database restart makes it) is started again a second later,
+    and compresses what is enqueued afterwards."""
+    port = free_port()
+    demo = make_demo(tmp_path, f"DEMO_ARGS=--addrport 127.0.0.1:{port}")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(demo.stdout or []), daemon=True)
+    reader.start()
+    started = re.compile(r"db_worker \(pid (\d+)\), no broker")
+    try:
+        wait_for(lambda: any("Quit the server" in line for line in lines), 120, "the demo")
+        (first,) = [int(m.group(1)) for line in lines if (m := started.search(line))]
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: len(started.findall("".join(lines))) == 2, 30, "a second worker")
+        second = int(started.findall("".join(lines))[-1])
+        assert second != first and _running(second) and not _running(first)
+        assert f"db_worker (pid {first}) exited with 137; starting it again" in "".join(lines)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SQUAD", "DATABASE"))}
+        env.update(DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", SQUAD_MEMORY_MODE="tasks")
+        env.update(SQUAD_MEMORY_VAR_DIR=str(tmp_path))
+        code = (
+            "import squad_memory\n"
+            "s = squad_memory.get_storage()\n"
+            "for i in range(25):\n"
+            "    s.save_chat_messages_sync('after', 'restart', 'a', [\n"
+            "        {'role': 'user', 'content': [{'text': f'u{i}'}]},\n"
+            "        {'role': 'assistant', 'content': [{'text': f'a{i}'}]}])\n"
+            "s.fetch_chat_sync('after', 'restart', 'a')\n"
+        )
+        subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=env, check=True
+        )
+        db = tmp_path / "db.sqlite3"
+        after = (
+            "SELECT c.outcome FROM squad_memory_compression c JOIN squad_memory_slot s "
+            "ON s.id = c.slot_id WHERE s.user_id = 'after'"
+        )
+        wait_for(lambda: query(db, after) == [("applied",)], 30, "the second worker to compress")
+    finally:
+        os.killpg(demo.pid, signal.SIGTERM)
+        demo.wait(20)
+    wait_for(lambda: not _alive(demo.pid), 10, "the server and the worker to stop")
+    assert not _running(second)
+
+
 def test_make_demo_runs_inline_one_setting_away(tmp_path: Path) -> None:
     demo = make_demo(tmp_path, "SQUAD_MEMORY_MODE=inline", "DEMO_ARGS=--no-serve")
     output, _ = demo.communicate(timeout=180)
@@ -226,6 +273,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _running(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def _alive(group: int) -> bool:

@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import asyncio
+import configparser
 import importlib
 import importlib.util
 import json
@@ -130,7 +131,8 @@ def test_the_docs_have_the_snippets_this_test_expects() -> None:
     assert ("docs/howto/celery.md", "mysite/celery.py") in paths
     assert ("docs/howto/choosing-a-mode.md", "myapp/dispatchers.py") in paths
     assert len(FRAGMENTS) >= 20 and len(SHELL_SNIPPETS) >= 20
-    assert {s.lang for s in ALL} <= {"python", "bash", "text", "json"}, {s.lang for s in ALL}
+    assert {s.lang for s in ALL} <= {"python", "bash", "text", "json", "ini"}, {s.lang for s in ALL}
+    assert ("docs/howto/tasks.md", "ini") in {(s.doc, s.lang) for s in ALL}
 
 
 # -- Python ----------------------------------------------------------------------------
@@ -442,6 +444,15 @@ def check_command(words: list[str]) -> None:
 def test_shell_snippet_names_what_exists(snippet: Snippet) -> None:
     for words in commands(snippet.code):
         check_command(words)
+
+
+@pytest.mark.parametrize("snippet", [s for s in ALL if s.lang == "ini"], ids=str)
+def test_a_unit_file_restarts_a_command_that_exists(snippet: Snippet) -> None:
+    """A systemd unit: it restarts its command, and the command exists with its options."""
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.read_string(snippet.code)
+    assert unit["Service"]["Restart"] == "always"
+    check_command(shlex.split(unit["Service"]["ExecStart"]))
 
 
 # -- the tutorial in a fresh project ---------------------------------------------------

@@ -4,6 +4,7 @@ SqlChatStorage on a local libsql file, and DynamoDbChatStorage on moto's DynamoD
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,8 +12,9 @@ from typing import Any
 
 import pytest
 from agent_squad.storage import ChatStorage, InMemoryChatStorage
+from django.db import connections
 
-from squad_memory.models import Compression, Slot
+from squad_memory.models import Compression, Message, Slot
 from squad_memory.storage import SummarizingChatStorage
 from tests import summarizers
 from tests.conftest import msg, texts
@@ -161,3 +163,47 @@ def test_a_save_during_foreign_activation_is_not_lost() -> None:
         return texts(await store.fetch_chat("u", "s", "a"))
 
     assert asyncio.run(go())[-1] == "late"
+
+
+@pytest.mark.postgres  # threads writing at once: SQLite's in-memory test database refuses them
+def test_concurrent_saves_over_a_foreign_store_keep_the_buffer_and_the_store_in_step() -> None:
+    """Threads saving into one slot: the store and the wrapper's rows see the same saves in the
+    same order (each save's store call and rows are one step, one slot at a time)."""
+    inner = InMemoryChatStorage()
+    store = SummarizingChatStorage(inner, summarizers.fold, 50, 1)
+    for i in range(3):
+        store.save_chat_message_sync("u", "s", "a", msg("user", f"q{i}"))
+        store.save_chat_message_sync("u", "s", "a", msg("assistant", f"a{i}"))
+    assert store.compress_now("u", "s", "a").applied  # active: the wrapper keeps its own rows
+    start = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            start.wait()
+            for i in range(12):
+                role = "user" if i % 2 == 0 else "assistant"
+                store.save_chat_message_sync("u", "s", "a", msg(role, f"w{n}-{i}"))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    history = texts(asyncio.run(inner.fetch_chat("u", "s", "a")))
+    slot = Slot.objects.get()
+    rows = Message.objects.filter(slot=slot).order_by("seq")
+    assert [row.text for row in rows] == history
+    assert len(history) > 6
+    assert errors == []
+    assert texts(store.fetch_chat_sync("u", "s", "a"))[1:] == history[4:]  # the kept pair, then
+
+
+def test_an_empty_save_over_a_foreign_store_creates_no_slot() -> None:
+    store = SummarizingChatStorage(InMemoryChatStorage(), summarizers.fold, 2, 1)
+    assert store.save_chat_messages_sync("u", "s", "a", []) == []
+    assert not Slot.objects.exists()

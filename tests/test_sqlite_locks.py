@@ -162,3 +162,21 @@ def test_no_retry_inside_a_callers_transaction() -> None:
     with pytest.raises(OperationalError, match="database is locked"), transaction.atomic():
         retry_locked(Slot.objects.write_db(), locked)
     assert calls == [1]
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_the_sqlite_check_looks_at_the_database_the_router_writes_to() -> None:
+    databases = {
+        "default": {"ENGINE": "django.db.backends.postgresql", "NAME": "app"},
+        "memory": {"ENGINE": SQLITE, "NAME": "memory.sqlite3"},
+    }
+    routers = ["tests.test_routing.OwnDatabaseRouter"]
+    with override_settings(DATABASES=databases, DATABASE_ROUTERS=routers):
+        (warning,) = check_sqlite()
+    assert warning.id == "squad_memory.W002" and "'memory'" in warning.msg
+    assert "DATABASES['memory']['OPTIONS']" in (warning.hint or "")
+    immediate = {"transaction_mode": "IMMEDIATE", "timeout": 20}
+    databases["memory"]["OPTIONS"] = immediate
+    databases["default"] = {"ENGINE": SQLITE, "NAME": "x"}  # holds none of squad_memory's tables
+    with override_settings(DATABASES=databases, DATABASE_ROUTERS=routers):
+        assert check_sqlite() == []

@@ -301,7 +301,7 @@ def test_sweep_enqueues_free_and_abandoned_slots_only(
     Slot.objects.filter(pk=inactive.pk).update(active=False)
     with django_capture_on_commit_callbacks(execute=True):
         report = housekeeping.sweep()
-    assert report.as_dict() == {"enqueued": 2, "activated": 0}
+    assert report.as_dict() == {"enqueued": 2, "activated": 0, "waiting": 0, "pruned": 0}
     done = set(Compression.objects.filter(outcome="applied").values_list("slot_id", flat=True))
     assert done == {free.pk, abandoned.pk}
     assert Slot.objects.get(pk=busy.pk).pending_token == "t1"
@@ -325,7 +325,7 @@ def test_sweep_can_activate_inactive_slots(
 def test_sweep_in_inline_mode_compresses_right_away(celery_settings: Any) -> None:
     celery_settings.SQUAD_MEMORY = {**celery_settings.SQUAD_MEMORY, "MODE": "inline"}
     _over_threshold_slot("a")
-    assert sweep_task.apply().get() == {"enqueued": 1, "activated": 0}
+    assert sweep_task.apply().get() == {"enqueued": 1, "activated": 0, "waiting": 0, "pruned": 0}
     (row,) = Compression.objects.all()
     assert (row.outcome, row.trigger) == ("applied", "sweep")
 

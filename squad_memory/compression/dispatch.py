@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 
 from django.db import connections, transaction
@@ -74,6 +74,14 @@ class Dispatcher:
     async def astart(self, claimed: Claim, trigger: str) -> Result:
         """:meth:`start` for an async caller, with no transaction open."""
         return await database(self.start, claimed, trigger)
+    def waiting(self, tokens: Collection[str]) -> set[str]:
+        """Of the claims ``tokens`` name, those whose compression still waits in the queue (the
+        sweep renews their claims instead of enqueueing them twice); None known by default."""
+        return set()
+
+    def prune(self) -> int:
+        """Delete what the queue keeps of finished compressions (the sweep calls it); how many."""
+        return 0
 
     @classmethod
     def check(cls) -> list[str]:
@@ -185,8 +193,8 @@ def follow_up(
 def backoff(attempt: int) -> float:
     """Seconds before a queued compression retries after failed ``attempt`` (1-based): doubling
     from ``CELERY_RETRY_BACKOFF`` up to ``CELERY_RETRY_BACKOFF_MAX`` (Celery and tasks mode)."""
-    base = float(app_settings.raw("CELERY_RETRY_BACKOFF"))
-    return min(float(app_settings.raw("CELERY_RETRY_BACKOFF_MAX")), base * 2.0 ** (attempt - 1))
+    base = app_settings.celery_retry_backoff
+    return min(app_settings.celery_retry_backoff_max, base * 2.0 ** (attempt - 1))
 
 
 def dispatcher_class(mode: str) -> type[Dispatcher]:

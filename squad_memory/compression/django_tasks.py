@@ -12,9 +12,11 @@ its claim to run out ``CLAIM_LEASE``, after which a save or the sweep enqueues i
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
 
+from django.db import router
 from django.utils import timezone
 
 from squad_memory.compression.claims import Claim
@@ -48,6 +50,29 @@ class TasksDispatcher(QueueDispatcher):
     def start(self, claimed: Claim, trigger: str) -> Result:
         return enqueue(claimed, self.path, self.policy.limits.trigger_at)
 
+    def waiting(self, tokens: Collection[str]) -> set[str]:
+        """With django-tasks-db: the tokens of compressions whose task is still ``READY``."""
+        if not tokens or not _tasks_db():
+            return set()
+        found: set[str] = set()
+        ordered = sorted(tokens)
+        for start in range(0, len(ordered), 500):  # within SQLite's limit of variables
+            rows = _our_rows().filter(
+                status="READY", args_kwargs__args__1__in=ordered[start : start + 500]
+            )
+            found.update(rows.values_list("args_kwargs__args__1", flat=True))
+        return found
+
+    def prune(self) -> int:
+        """With django-tasks-db: delete the rows of compressions finished over
+        ``TASKS_RESULTS_TTL`` seconds ago (other tasks' rows stay)."""
+        ttl = app_settings.tasks_results_ttl
+        if ttl is None or not _tasks_db():
+            return 0
+        cutoff = timezone.now() - timedelta(seconds=ttl)
+        finished = _our_rows().filter(status__in=("SUCCESSFUL", "FAILED"), finished_at__lt=cutoff)
+        return int(finished.delete()[0])
+
     @classmethod
     def check(cls) -> list[str]:
         try:
@@ -69,7 +94,7 @@ def summarize_slot(
     attempt: int = 1,
 ) -> str:
     """Run the compression claimed with ``token`` (see the module); returns its outcome."""
-    retry = attempt <= int(app_settings.raw("CELERY_MAX_RETRIES")) and _backend().supports_defer
+    retry = attempt <= app_settings.celery_max_retries and _backend().supports_defer
     claimed = Claim(slot_id, token, keep_last)
     # Running now: a worker killed from here on frees the slot within one CLAIM_LEASE.
     renew(slot_id, token, app_settings.claim_lease)
@@ -122,6 +147,23 @@ def _options() -> dict[str, Any]:
 
 def _backend() -> Any:
     return task_backends[str(app_settings.raw("TASKS_BACKEND"))]
+
+
+def _tasks_db() -> bool:
+    """Whether the backend is django-tasks-db's (a table this module can read)."""
+    try:
+        return type(_backend()).__module__.startswith("django_tasks_db.")
+    except Exception:  # an unknown alias: nothing to read
+        return False
+
+
+def _our_rows() -> Any:
+    """django-tasks-db's rows of :data:`summarize_slot` on the ``TASKS_BACKEND`` backend."""
+    from django_tasks_db.models import DBTaskResult
+
+    rows = DBTaskResult.objects.using(router.db_for_write(DBTaskResult))
+    backend = str(app_settings.raw("TASKS_BACKEND"))
+    return rows.filter(task_path=summarize_slot.module_path, backend_name=backend)
 
 
 def _on_this_thread() -> bool:

@@ -191,5 +191,10 @@ def report(snap: Snapshot, result: Result) -> None:
             snap.to_seq,
             result.error,
         )
+    elif result.outcome == Outcome.SKIPPED:
+        logger.info(
+            "Compression of slot %s skipped: the summarizer returned the buffer unchanged.",
+            snap.slot_id,
+        )
     elif not result.applied:
         logger.info("Compression of slot %s was stale; the buffer moved on.", snap.slot_id)

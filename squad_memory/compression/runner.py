@@ -110,7 +110,7 @@ async def arun(
             except Exception as exc:
                 result = Result(Outcome.FAILED, error=exc)
             else:
-                result = judge(output, snap)
+                result = judge(output, snap, claimed.keep_last)
     except BaseException as exc:  # cancelled: release, log, re-raise
         await database(_abandon, attempt_log, claimed.token, exc)
         raise
@@ -160,7 +160,8 @@ def settle(
             result = _settle(snap, claimed, result, final)
             result.log_id = log.write(attempt_log, result)
     except DatabaseError as exc:  # the database restarted, or the slot was deleted
-        _abandon(attempt_log, claimed.token, exc)
+        if not _abandon(attempt_log, claimed.token, exc):
+            return Result(Outcome.SKIPPED, detail=CANCELLED)
         return Result(Outcome.FAILED, error=exc)
     log.report(snap, result)
     return result
@@ -176,26 +177,28 @@ def _summarize(snap: Snapshot, summarizer: Summarizer, keep_last: int) -> Result
         output = call_summarizer(summarizer.func, _given(snap), keep_last)
     except Exception as exc:
         return Result(Outcome.FAILED, error=exc)
-    return judge(output, snap)
+    return judge(output, snap, keep_last)
 
 
-def judge(output: Any, snap: Snapshot) -> Result:
+def judge(output: Any, snap: Snapshot, keep_last: int) -> Result:
     """What a summarizer's output makes of the compression of ``snap``: ``applied``,
     ``skipped`` (the buffer unchanged) or ``failed`` (invalid, or not smaller)."""
     try:
         output = validate_summary(output)
         if output == snap.messages:
             return Result(Outcome.SKIPPED)
-        check_smaller(output, snap)
+        check_smaller(output, snap, keep_last)
     except Exception as exc:
         return Result(Outcome.FAILED, error=exc)
     return Result(Outcome.APPLIED, output=output)
 
 
-def check_smaller(output: list[MessageDict], snap: Snapshot) -> None:
-    """Refuse output larger than its input: more messages, a written message (one not
-    copied from the input) over ``MAX_SUMMARY_CHARS`` characters, or more written characters
-    than the larger of ``MAX_SUMMARY_CHARS`` and those of the messages it replaced."""
+def check_smaller(output: list[MessageDict], snap: Snapshot, keep_last: int) -> None:
+    """Refuse output that does not shrink the buffer: as many messages as its input or more,
+    unless no more than a summary, the ``keep_last`` pairs and one message (roles alternate)
+    (else the buffer stays as long, and the next save compresses it again); a written message
+    (one not copied from the input) over ``MAX_SUMMARY_CHARS`` characters; or more written
+    characters than the larger of ``MAX_SUMMARY_CHARS`` and those of the messages it replaced."""
     given, limit = snap.messages, app_settings.max_summary_chars
     if len(output) > len(given):
         raise InvalidSummarizerOutput(
@@ -217,6 +220,12 @@ def check_smaller(output: list[MessageDict], snap: Snapshot) -> None:
         raise InvalidSummarizerOutput(
             f"The summarizer wrote {wrote} characters in place of {replaced}; output larger "
             f"than its input and than MAX_SUMMARY_CHARS ({limit}) is not applied."
+        )
+    if len(output) == len(given) > 2 * keep_last + 2:
+        raise InvalidSummarizerOutput(
+            f"The summarizer returned {len(output)} messages for {len(given)}; a compression "
+            "must return fewer messages than it was given (a summary plus the kept pairs), or "
+            "the buffer stays as long and the next save compresses it again."
         )
 
 
@@ -267,8 +276,13 @@ def _apply(snap: Snapshot, token: str, output: list[MessageDict]) -> bool:
     return updated == 1
 
 
-def _abandon(attempt: log.Attempt, token: str, exc: BaseException) -> None:
-    """Release the claim and log the failure, if the database answers; never raise."""
+#: The detail of a compression whose slot was deleted meanwhile: nothing to log or retry.
+CANCELLED = "cancelled: the slot was deleted"
+
+
+def _abandon(attempt: log.Attempt, token: str, exc: BaseException) -> bool:
+    """Release the claim and log the failure, if the database answers; never raise. False
+    when the slot was deleted meanwhile (the compression is cancelled, not failed)."""
     slot_id = attempt.snap.slot_id
     connection = transaction.get_connection(_db())
     if not connection.in_atomic_block:
@@ -276,8 +290,8 @@ def _abandon(attempt: log.Attempt, token: str, exc: BaseException) -> None:
     try:
         with transaction.atomic(using=_db()):
             if not Slot.objects.using(_db()).filter(pk=slot_id).exists():
-                logger.info("Slot %s was deleted while it compressed; nothing to release.", slot_id)
-                return
+                logger.info("Compression of slot %s %s while it compressed.", slot_id, CANCELLED)
+                return False
             release(slot_id, token, failed=True)
             log.write(attempt, Result(Outcome.FAILED, error=exc))
     except Exception as db_error:  # the claim's lease runs out instead
@@ -288,10 +302,11 @@ def _abandon(attempt: log.Attempt, token: str, exc: BaseException) -> None:
             type(exc).__name__,
             db_error,
         )
-        return
+        return True
     logger.warning(
         "Compression of slot %s was interrupted (%s: %s); its claim was released.",
         slot_id,
         type(exc).__name__,
         exc,
     )
+    return True

@@ -26,8 +26,19 @@ def sweep(*, activate: bool = False, limit: int | None = None) -> SweepReport:
     assert dispatcher is not None
     report = redispatch(dispatcher, activate_inactive=activate, limit=limit)
     logger.info(
-        "Sweep compressed or enqueued %s slot(s), activated %s.", report.enqueued, report.activated
+        "Sweep compressed or enqueued %s slot(s), activated %s; %s still queued after "
+        "PENDING_TIMEOUT; %s finished task row(s) deleted.",
+        report.enqueued,
+        report.activated,
+        report.waiting,
+        report.pruned,
     )
+    if report.waiting:
+        logger.warning(
+            "%s compression(s) have waited in the queue longer than PENDING_TIMEOUT: "
+            "compressions are lagging (is a worker running?).",
+            report.waiting,
+        )
     idempotency.purge_expired()  # first: a RETAIN_DAYS out of range raises below
     forgetting.purge()  # RETAIN_DAYS: drop slots idle for longer (no-op when unset)
     return report

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal
@@ -58,6 +59,10 @@ class Journal:
         """The history a new buffer starts from: None means the slot's own rows."""
         return None
 
+    def one_writer(self, key: SlotKey) -> AbstractContextManager[Any]:
+        """Around a save: the slot's own rows need nothing more than the save's lock."""
+        return nullcontext()
+
     def fetch_all(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         """Every agent's visible messages of a session merged by time (stable), each slot's
         in its own order; an assistant message's content becomes one block ``[agent_id]
@@ -103,12 +108,28 @@ class ForeignJournal(Journal):
             return self.call("save_chat_message", *key, messages[0], size)
         return self.call("save_chat_messages", *key, messages, size)
 
+    def one_writer(self, key: SlotKey) -> AbstractContextManager[Any]:
+        """Around a save: the slot's row locked in a transaction, so that one save at a time,
+        in any process, writes to the store and then to the slot's rows (in one order both)."""
+        return _locked_slot(key, self.namespace)
+
     def seed(self, key: SlotKey) -> list[MessageDict]:
         # Some stores take no size argument (DynamoDB's): the whole history.
         return to_dicts(list(self.call("fetch_chat", *key) or []), check_size=False)
 
     def fetch_all(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         return list(self.call("fetch_all_chats", user_id, session_id) or [])
+
+
+@contextmanager
+def _locked_slot(key: SlotKey, namespace: str) -> Iterator[None]:
+    alias = Slot.objects.write_db()
+    with transaction.atomic(using=alias):
+        user_id, session_id, agent_id = key
+        Slot.objects.using(alias).select_for_update().get_or_create(
+            namespace=namespace, user_id=user_id, session_id=session_id, agent_id=agent_id
+        )
+        yield
 
 
 @dataclass
@@ -165,17 +186,20 @@ class Memory:
         the policy says ``on_error="raise"``.
         """
         dicts = to_dicts(messages)
-        inner = self.journal.save(key, messages, check_role, max_history_size) if dicts else None
-        appended = Slot.objects.append(
-            key,
-            dicts,
-            namespace=self.namespace,
-            check_role=check_role,
-            max_history_size=max_history_size,
-            rows_while_inactive=self.journal.rows_while_inactive,
-            view="visible" if self.policy is None else "buffer",
-            newest=self._newest(),
-        )
+        with self.journal.one_writer(key) if dicts else nullcontext():
+            inner = (
+                self.journal.save(key, messages, check_role, max_history_size) if dicts else None
+            )
+            appended = Slot.objects.append(
+                key,
+                dicts,
+                namespace=self.namespace,
+                check_role=check_role,
+                max_history_size=max_history_size,
+                rows_while_inactive=self.journal.rows_while_inactive,
+                view="visible" if self.policy is None else "buffer",
+                newest=self._newest(),
+            )
         saved = Saved(appended, inner=inner)
         policy, dispatcher = self.policy, self.dispatcher
         if policy and dispatcher and appended.rows and due(appended.slot, policy.limits):

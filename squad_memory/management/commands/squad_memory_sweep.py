@@ -38,5 +38,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         self.stdout.write(
             f"{report.enqueued} slot(s) over the threshold compressed or enqueued; "
-            f"{report.activated} inactive slot(s) activated."
+            f"{report.activated} inactive slot(s) activated; {report.waiting} compression(s) "
+            f"still queued after PENDING_TIMEOUT; {report.pruned} finished task row(s) deleted."
         )
+        if report.waiting:
+            self.stderr.write(
+                f"{report.waiting} compression(s) have waited in the queue longer than "
+                "PENDING_TIMEOUT: compressions are lagging. Is a worker running, and does it keep "
+                "up with the saves?"
+            )
