@@ -77,11 +77,15 @@ def given_user_id(request: Request, session_id: str) -> str | None:
 
 
 def acting_user_id(request: Request, given: str | None) -> str:
-    """The ``user_id`` a write acts for; naming another user's is for staff only."""
+    """The ``user_id`` a write acts for; naming another user's needs the right to read their
+    messages (nobody writes where they cannot read)."""
     if given is None:
         return access.user_id_for(request.user)
-    if not access.may_act_as(request.user, given):
-        raise PermissionDenied("Only staff may name another user's user_id.")
+    if not access.may_read(request.user, given, MESSAGE):
+        raise PermissionDenied(
+            "Writing for another user's user_id needs the squad_memory.view_message "
+            "permission (staff only), as reading their messages does."
+        )
     return given
 
 
@@ -302,7 +306,8 @@ class SlotViewSet(
         "repeating the last role is skipped). messages: a batch stored as given, like "
         "save_chat_messages. A rejected request stores nothing. Needs the permission "
         "SQUAD_MEMORY['API_POST_PERMISSION'] names (squad_memory.add_message unless the "
-        "project set None); posting for another user's user_id needs staff too.",
+        "project set None); posting for another user's user_id needs staff with "
+        "view_message too, the right to read that user's messages.",
         request=serializers.PostMessagesSerializer,
         parameters=[IDEMPOTENCY_KEY],
         responses=responses(
