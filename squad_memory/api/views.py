@@ -148,14 +148,15 @@ class ApiMixin(APIView):
         return errors.exception_handler
 
     def perform_authentication(self, request: Request) -> None:
-        """Past the rate of failed authentications, a client's credentials are not even
-        checked (429), so that they cannot be guessed."""
-        failures = throttling.AuthFailureThrottle()
-        if not failures.allow_request(request, self):
-            self.throttled(request, failures.wait() or 0)
+        """Wrong credentials are counted per client address; past the rate of failed
+        authentications they answer 429 instead of 401. A request that authenticates is
+        never throttled by them: one client's revoked token locks nobody else out."""
         try:
             request.user  # noqa: B018 - authenticates
         except AuthenticationFailed:
+            failures = throttling.AuthFailureThrottle()
+            if not failures.allow_request(request, self):
+                self.throttled(request, failures.wait() or 0)
             failures.failed()
             raise
 
