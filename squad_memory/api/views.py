@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from django.db import OperationalError, connections, transaction
@@ -96,18 +96,21 @@ def fresh(slot: Slot) -> Slot:
 
 
 @contextmanager
-def time_limit(alias: str) -> Iterator[None]:
-    """A search's statements stop after ``SEARCH_TIMEOUT`` seconds (PostgreSQL's
-    ``statement_timeout``, for this transaction only): a 503 that says so."""
+def searching(alias: str) -> Iterator[None]:
+    """On PostgreSQL, a search's statements run in a transaction where the full-text index
+    is the plan (:func:`squad_memory.search.plan_with_index`), and stop after
+    ``SEARCH_TIMEOUT`` seconds (``statement_timeout``): a 503 that says so."""
     seconds = app_settings.search_timeout
-    if seconds <= 0 or connections[alias].vendor != "postgresql":
+    if connections[alias].vendor != "postgresql":
         yield
         return
     try:
         with transaction.atomic(using=alias):
             with connections[alias].cursor() as cursor:
-                timeout = str(max(int(seconds * 1000), 1))
-                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [timeout])
+                search.plan_with_index(cursor)
+                if seconds > 0:
+                    timeout = str(max(int(seconds * 1000), 1))
+                    cursor.execute("SELECT set_config('statement_timeout', %s, true)", [timeout])
             yield
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) != QUERY_CANCELED:
@@ -278,7 +281,8 @@ class SlotViewSet(
         rows: Any = Message.objects.filter(slot_id=slot.pk)  # a queryset of another model
         if words := query(serializers.MessageFilterSerializer, request).get("q"):
             rows = search.matching(rows, words)
-        page = self.paginate_queryset(rows)
+        with searching(rows.db) if words else nullcontext():
+            page = self.paginate_queryset(rows)
         data = serializers.MessageSerializer(page, many=True, context={"slot": slot}).data
         return self.get_paginated_response(data)
 
@@ -476,7 +480,7 @@ class SearchView(ApiMixin, generics.GenericAPIView[Message]):
         elif not can_view_all(request.user, MESSAGE):
             rows = rows.filter(slot__user_id=access.user_id_for(request.user))
         rows = rows.select_related("slot").only(*serializers.SearchHitSerializer.Meta.loads)
-        with time_limit(rows.db):
+        with searching(rows.db):
             page = self.paginate_queryset(search.matching(rows, params["q"]))
         data = serializers.SearchHitSerializer(page, many=True, context={"q": params["q"]}).data
         return self.get_paginated_response(data)
