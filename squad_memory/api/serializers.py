@@ -302,14 +302,10 @@ class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
     detail = serializers.CharField()
 
 
-class SummarizerErrorSerializer(ErrorSerializer):
-    error_id = serializers.IntegerField(
-        allow_null=True,
-        help_text="The compression log row of the failure (quote it when reporting the error).",
-    )
-
-
-class UnavailableSerializer(ErrorSerializer):
-    error_id = serializers.CharField(
-        required=False, help_text="Names the failure in the server's log (quote it)."
+class ServerErrorSerializer(ErrorSerializer):
+    error_id = serializers.RegexField(
+        "^[0-9a-f]{12}$",
+        required=False,
+        help_text="Twelve hex digits naming the failure in the server's log (quote it when "
+        "reporting the error); the same form in every answer that has one.",
     )
