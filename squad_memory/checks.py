@@ -18,7 +18,7 @@ from squad_memory.compression.policy import ON_ERROR, choice_problems, limits_pr
 from squad_memory.conf import DEFAULTS, SETTING_NAME, app_settings
 from squad_memory.exceptions import ConfigurationError
 from squad_memory.models import Limits
-from squad_memory.rules import idempotency_ttl_problem, retain_days_problem
+from squad_memory.rules import MAX_PARTS, idempotency_ttl_problem, retain_days_problem
 
 
 def _error(text: str, check_id: str, hint: str | None = None) -> Error:
@@ -44,6 +44,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         *_numbers(),
         *_callable("TOKEN_COUNTER", "E041", "a function (message) -> int"),
         *_llm(),
+        *_parts(),
     ]
 
 
@@ -105,6 +106,17 @@ def _numbers() -> list[CheckMessage]:
         errors.append(Error(retain, id="squad_memory.E030"))
     if (ttl := idempotency_ttl_problem(app_settings.raw("IDEMPOTENCY_TTL"))) is not None:
         errors.append(Error(ttl, id="squad_memory.E009"))
+    return errors
+
+
+def _parts() -> list[CheckMessage]:
+    """E050: the bounds of a message's parts are integers from 1 to ``MAX_PARTS``."""
+    errors: list[CheckMessage] = []
+    for name in ("MAX_CONTENT_BLOCKS", "MAX_CITATIONS"):
+        value = app_settings.raw(name)
+        if not (_number(value) and isinstance(value, int) and 1 <= value <= MAX_PARTS):
+            text = f"[{name!r}] must be an integer from 1 to {MAX_PARTS}, got {value!r}."
+            errors.append(_error(text, "E050"))
     return errors
 
 

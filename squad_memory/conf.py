@@ -41,6 +41,9 @@ DEFAULTS: dict[str, Any] = {
     "USER_ID_RESOLVER": "squad_memory.api.access.default_user_id",
     "API_POST_PERMISSION": "squad_memory.add_message",
     "MAX_MESSAGE_BYTES": 64 * 1024,
+    # Parts per message: each costs the server to validate, store and echo, whatever its size.
+    "MAX_CONTENT_BLOCKS": 100,
+    "MAX_CITATIONS": 100,
     "MAX_BATCH_SIZE": 100,
     "MAX_ID_LENGTH": 255,
     "RETAIN_DAYS": None,
@@ -104,6 +107,8 @@ class Settings:
     claim_lease = Setting(float)
     publish_timeout = Setting(float)
     max_message_bytes = Setting(int)
+    max_content_blocks = Setting(int)
+    max_citations = Setting(int)
     max_batch_size = Setting(int)
     max_id_length = Setting(int)
     max_summary_chars = Setting(int)

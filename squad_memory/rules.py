@@ -216,6 +216,31 @@ def json_size(value: Any) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
+#: The most ``MAX_CONTENT_BLOCKS`` and ``MAX_CITATIONS`` may allow: past it, a batch at the
+#: size limit costs the server seconds (``python -m bench.costly_bodies``).
+MAX_PARTS = 10_000
+#: The parts of a message that are bounded: its field, what they are, and the setting.
+_PARTS = (
+    ("content", "content blocks", "MAX_CONTENT_BLOCKS"),
+    ("citations", "citations", "MAX_CITATIONS"),
+)
+
+
+def parts_problems(message: Mapping[str, Any]) -> dict[str, str]:
+    """Why a message holds too many parts, by field (empty: none): at most
+    ``MAX_CONTENT_BLOCKS`` content blocks and ``MAX_CITATIONS`` citations. Each part costs
+    the server to validate, store and echo whatever its size, so this is checked first."""
+    problems = {}
+    for field, what, name in _PARTS:
+        parts, limit = message.get(field), int(app_settings.raw(name))
+        if isinstance(parts, list) and len(parts) > limit:
+            problems[field] = (
+                f"The message has {len(parts)} {what}; the limit is {limit} "
+                f"({SETTING_NAME}['{name}'])."
+            )
+    return problems
+
+
 def size_problem(message: Mapping[str, Any]) -> str | None:
     """Why a message is too large to store, or None: ``MAX_MESSAGE_BYTES`` limits its role,
     content and citations as compact UTF-8 JSON (as the API, the importer and the storage do)."""

@@ -41,6 +41,11 @@ def test_defaults_pass() -> None:
         ({"TRIGGER_TOKENS": 500, "MAX_BUFFER_TOKENS": 100}, "squad_memory.E040"),
         ({"TOKEN_COUNTER": "no.such.module.count"}, "squad_memory.E041"),
         ({"TOKEN_COUNTER": "squad_memory.rules.BYTES_PER_TOKEN"}, "squad_memory.E041"),
+        ({"MAX_CONTENT_BLOCKS": 0}, "squad_memory.E050"),
+        ({"MAX_CONTENT_BLOCKS": 10_001}, "squad_memory.E050"),
+        ({"MAX_CONTENT_BLOCKS": 2.5}, "squad_memory.E050"),
+        ({"MAX_CITATIONS": -1}, "squad_memory.E050"),
+        ({"MAX_CITATIONS": "100"}, "squad_memory.E050"),
     ],
 )
 def test_bad_settings_are_reported(settings: dict[str, Any], expected: str) -> None:

@@ -148,3 +148,20 @@ def test_every_entry_point_refuses_ids_that_look_like_another(
     assert not Slot.objects.exists()
     with override_settings(SQUAD_MEMORY={"ALLOW_INVISIBLE_IDS": True}):
         assert id_problem(value) is None
+
+
+def test_every_entry_point_bounds_blocks_and_citations(db: object) -> None:
+    from squad_memory.exceptions import InvalidMessage
+
+    storage = squad_memory.get_storage()
+    with override_settings(SQUAD_MEMORY={"MAX_CONTENT_BLOCKS": 2, "MAX_CITATIONS": 1}):
+        many = {"role": "user", "content": [{"text": "a"}] * 3}
+        with pytest.raises(InvalidMessage, match=r"3 content blocks.*MAX_CONTENT_BLOCKS"):
+            storage.save_chat_message_sync("u", "s", "a", many)
+        cited = {"role": "user", "content": [{"text": "a"}], "citations": ["x", "y"]}
+        with pytest.raises(InvalidMessage, match=r"2 citations.*MAX_CITATIONS"):
+            storage.save_chat_messages_sync("u", "s", "a", [cited])
+        line = {"user_id": "u", "session_id": "s", "agent_id": "a", **many}
+        report = transfer.validate(StringIO(json.dumps(line) + "\n"))
+        assert "MAX_CONTENT_BLOCKS" in report.errors[0][1]
+        assert not Message.objects.exists()
