@@ -135,8 +135,10 @@ def search_page(scope: str, value: Any, query: str) -> int:
     ``one user``: GET /api/search/ (newest first); ``one slot``: ?q= on a slot's messages
     (by seq); ``all users``: no endpoint searches everyone, measured for reference.
     """
+    from django.db import connection, transaction
+
     from squad_memory.models import Message
-    from squad_memory.search import excerpt, matching
+    from squad_memory.search import excerpt, matching, plan_with_index
 
     rows = Message.objects.filter(slot__namespace="")
     order = "-id"
@@ -145,7 +147,9 @@ def search_page(scope: str, value: Any, query: str) -> int:
     elif scope == "one slot":
         rows, order = Message.objects.filter(slot_id=value), "seq"
     page = matching(rows, query).select_related("slot").order_by(order)[: PAGE + 1]
-    hits = list(page.only("id", "seq", "role", "text", "slot__session_id", "slot__agent_id"))
+    with transaction.atomic(), connection.cursor() as cursor:
+        plan_with_index(cursor)  # as the API's searches do
+        hits = list(page.only("id", "seq", "role", "text", "slot__session_id", "slot__agent_id"))
     return len([excerpt(m.text, query) for m in hits])
 
 

@@ -99,7 +99,12 @@ def _choices() -> list[CheckMessage]:
 
 
 #: Check ids of the numeric settings that have one of their own (the rest: E009).
-_NUMBER_IDS = {"MAX_ID_LENGTH": "E010", "MAX_SUMMARY_CHARS": "E021"}
+_NUMBER_IDS = {
+    "MAX_ID_LENGTH": "E010",
+    "MAX_SUMMARY_CHARS": "E021",
+    "MAX_CONTENT_BLOCKS": "E050",
+    "MAX_CITATIONS": "E050",
+}
 
 
 def _numbers() -> list[CheckMessage]:

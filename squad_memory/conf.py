@@ -51,6 +51,9 @@ DEFAULTS: dict[str, Any] = {
     "USER_ID_RESOLVER": "squad_memory.api.access.default_user_id",
     "API_POST_PERMISSION": "squad_memory.add_message",
     "MAX_MESSAGE_BYTES": 64 * 1024,
+    # Parts per message: each costs the server to validate, store and echo, whatever its size.
+    "MAX_CONTENT_BLOCKS": 100,
+    "MAX_CITATIONS": 100,
     "MAX_BATCH_SIZE": 100,
     "MAX_ID_LENGTH": 255,
     "RETAIN_DAYS": None,
@@ -120,6 +123,10 @@ NUMBERS: dict[str, Range] = {
     "MAX_BATCH_SIZE": Range(1, integer=True),
     "MAX_ID_LENGTH": Range(1, 255, integer=True),
     "MAX_SUMMARY_CHARS": Range(100, integer=True),
+    # Past 10,000 parts a message, a batch at the size limit costs the server seconds
+    # (``python -m bench.costly_bodies``).
+    "MAX_CONTENT_BLOCKS": Range(1, 10_000, integer=True),
+    "MAX_CITATIONS": Range(1, 10_000, integer=True),
     "SEARCH_TIMEOUT": Range(0, 3600, optional=True),
     "TASKS_RESULTS_TTL": Range(0, MAX_DAYS * 86400, optional=True),
     "DATABASE_THREADS": Range(1, 1000, integer=True),
@@ -193,6 +200,8 @@ class Settings:
     celery_retry_backoff_max = Setting(float)
     tasks_results_ttl = Setting(lambda value: None if value is None else float(value))
     max_message_bytes = Setting(int)
+    max_content_blocks = Setting(int)
+    max_citations = Setting(int)
     max_batch_size = Setting(int)
     max_id_length = Setting(int)
     max_summary_chars = Setting(int)

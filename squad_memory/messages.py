@@ -13,7 +13,7 @@ from typing import Any, NotRequired, TypedDict
 from agent_squad.types import ConversationMessage
 
 from squad_memory.exceptions import InvalidMessage, InvalidSummarizerOutput
-from squad_memory.rules import ROLES, role_value, size_problem
+from squad_memory.rules import ROLES, parts_problems, role_value, size_problem
 
 
 class MessageDict(TypedDict):
@@ -38,7 +38,8 @@ def to_dict(
     message: Any, *, error: type[ValueError] = InvalidMessage, check_size: bool = True
 ) -> MessageDict:
     """Validate one message (a ``ConversationMessage`` or a dict); its stored form. ``check_size``:
-    refuse one over ``MAX_MESSAGE_BYTES`` (a summarizer's output has ``MAX_SUMMARY_CHARS``)."""
+    refuse one over ``MAX_MESSAGE_BYTES``, ``MAX_CONTENT_BLOCKS`` or ``MAX_CITATIONS`` (a
+    summarizer's output has ``MAX_SUMMARY_CHARS``)."""
     if isinstance(message, ConversationMessage):
         role, content = message.role, message.content
         citations = getattr(message, "citations", None)
@@ -54,6 +55,8 @@ def to_dict(
         raise error("content must be a list of block dicts such as [{'text': '...'}].")
     if citations is not None and not isinstance(citations, list):
         raise error(f"citations must be a list or None, got {type(citations).__name__}.")
+    if check_size and (problems := parts_problems({"content": content, "citations": citations})):
+        raise error(next(iter(problems.values())))
     check_storable(content, "content", error)
     check_storable(citations, "citations", error)
     stored: MessageDict = {"role": role, "content": content, "citations": citations or None}

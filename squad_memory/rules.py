@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any
@@ -117,11 +118,12 @@ def count_all(messages: Iterable[Mapping[str, Any]]) -> int:
 _CONTROL = "\x00-\x1f\x7f-\x9f\ud800-\udfff"
 #: Unicode's default-ignorable code points (invisible: soft hyphen, zero-width and bidi
 #: controls, variation selectors, tag characters, fillers) and every separator but the
-#: ASCII space (no-break spaces, line and paragraph separators): characters that make one
-#: id display as another. Refused unless ``ALLOW_INVISIBLE_IDS``.
+#: ASCII space (no-break spaces, line and paragraph separators), and blank symbols (the
+#: braille blank U+2800): characters that make one id display as another. Refused unless
+#: ``ALLOW_INVISIBLE_IDS``.
 _INVISIBLE_BMP = (
     "\u00a0\u00ad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5\u180b-\u180f\u2000-\u200f"
-    "\u2028-\u202f\u205f-\u206f\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\u2028-\u202f\u205f-\u206f\u2800\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
 )
 _INVISIBLE = _INVISIBLE_BMP + "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
 CONTROL_CHARS = re.compile(f"[{_CONTROL}]")
@@ -136,9 +138,11 @@ ID_PATTERN = f"^[^{_ESCAPED}]+$"
 def id_problem(value: Any, max_length: int | None = None) -> str | None:
     """Why ``value`` is not a valid ``user_id``, ``session_id`` or ``agent_id``, or None: an
     id is a non-empty string of at most ``MAX_ID_LENGTH`` characters with no control
-    character, no lone surrogate and, unless ``ALLOW_INVISIBLE_IDS``, no invisible,
-    bidirectional-control or non-ASCII space character (they make
-    ``ticket-\\u202e4321-gnp.exe`` display as ``ticket-exe.png-1234``)."""
+    character, no lone surrogate and, unless ``ALLOW_INVISIBLE_IDS``, nothing that makes it
+    display as another id: no invisible, bidirectional-control, blank or non-ASCII space
+    character (they make ``ticket-\\u202e4321-gnp.exe`` display as ``ticket-exe.png-1234``),
+    no space at either end, and no decomposed character (it must be in Unicode NFC). Such
+    ids are refused, never normalized: a stored id is never rewritten."""
     limit = app_settings.max_id_length if max_length is None else max_length
     if not isinstance(value, str) or not value:
         return f"must be a non-empty string, got {value!r}"
@@ -146,12 +150,20 @@ def id_problem(value: Any, max_length: int | None = None) -> str | None:
         return f"is {len(value)} characters long; the limit is {limit}"
     if CONTROL_CHARS.search(value):
         return "must not contain control characters (NUL, tab, newline...) or lone surrogates"
-    found = INVISIBLE_CHARS.search(value)
-    if found and not app_settings.allow_invisible_ids:
+    if app_settings.allow_invisible_ids:
+        return None
+    allow = f"; set {SETTING_NAME}['ALLOW_INVISIBLE_IDS'] = True to allow such ids"
+    if found := INVISIBLE_CHARS.search(value):
         return (
-            f"must not contain zero-width, invisible or bidirectional-control characters or "
-            f"non-ASCII spaces (found U+{ord(found.group()):04X}); set "
-            f"{SETTING_NAME}['ALLOW_INVISIBLE_IDS'] = True to allow them"
+            f"must not contain zero-width, invisible, blank or bidirectional-control "
+            f"characters or non-ASCII spaces (found U+{ord(found.group()):04X}){allow}"
+        )
+    if value != value.strip(" "):
+        return f"must not begin or end with a space (it shows as {value.strip(' ')!r}){allow}"
+    if not unicodedata.is_normalized("NFC", value):
+        return (
+            f"must be in Unicode normalization form NFC (it shows as the NFC id "
+            f"{unicodedata.normalize('NFC', value)!r}, a different id; send that){allow}"
         )
     return None
 
@@ -202,6 +214,28 @@ def json_size(value: Any) -> int:
     """The size of ``value`` as compact JSON (no spaces, no ASCII escapes), in UTF-8 bytes."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return len(text.encode("utf-8", "surrogatepass"))
+
+
+#: The parts of a message that are bounded: its field, what they are, and the setting.
+_PARTS = (
+    ("content", "content blocks", "MAX_CONTENT_BLOCKS"),
+    ("citations", "citations", "MAX_CITATIONS"),
+)
+
+
+def parts_problems(message: Mapping[str, Any]) -> dict[str, str]:
+    """Why a message holds too many parts, by field (empty: none): at most
+    ``MAX_CONTENT_BLOCKS`` content blocks and ``MAX_CITATIONS`` citations. Each part costs
+    the server to validate, store and echo whatever its size, so this is checked first."""
+    problems = {}
+    for field, what, name in _PARTS:
+        parts, limit = message.get(field), int(getattr(app_settings, name.lower()))
+        if isinstance(parts, list) and len(parts) > limit:
+            problems[field] = (
+                f"The message has {len(parts)} {what}; the limit is {limit} "
+                f"({SETTING_NAME}['{name}'])."
+            )
+    return problems
 
 
 def size_problem(message: Mapping[str, Any]) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,3 +74,17 @@ def one(role: str, text: str) -> dict[str, Any]:
 
 def post(client: Any, body: Any, **kwargs: Any) -> Any:
     return client.post("/api/slots/messages/", body, format="json", **kwargs)
+
+
+#: The one form of an error id in the API's answers (500, 502, 503).
+ERROR_ID = re.compile("[0-9a-f]{12}")
+
+
+def assert_error_id(body: dict[str, Any], caplog: Any, *logged_with: str) -> None:
+    """``body`` carries an error id of the one form, written in the server's log with the
+    error (and with each of ``logged_with``)."""
+    error_id = body["error_id"]
+    assert isinstance(error_id, str) and ERROR_ID.fullmatch(error_id), error_id
+    lines = [record.getMessage() for record in caplog.records if error_id in record.getMessage()]
+    assert lines, f"error id {error_id} is not in the log"
+    assert all(any(text in line for line in lines) for text in logged_with), lines

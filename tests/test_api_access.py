@@ -272,3 +272,24 @@ def test_the_post_permission_is_a_setting(users: Users) -> None:
         response = post(client_for(users.owner), body)  # has add_message only
     assert response.status_code == 403
     assert "squad_memory.change_message" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("post_permission", [None, "squad_memory.add_message"])
+def test_posting_for_another_user_needs_the_right_to_read_their_messages(
+    users: Users, post_permission: str | None
+) -> None:
+    """Nobody writes where they cannot read: staff naming another user's user_id need
+    view_message, whatever the post permission says."""
+    slot = fill(users.owner, 2)
+    body = {"user_id": str(users.owner.pk), "session_id": "s1", "agent_id": "a1"}
+    body["message"] = one("user", "planted")
+    blind = make_user("blindstaff", staff=True, perms=("add_message", "view_slot"))
+    reader = make_user("readerstaff", staff=True, perms=("add_message", "view_message"))
+    with override_settings(SQUAD_MEMORY={"API_POST_PERMISSION": post_permission}):
+        assert client_for(blind).get(f"/api/slots/{slot.pk}/messages/").status_code == 403
+        refused = post(client_for(blind), body)
+        assert refused.status_code == 403
+        assert "squad_memory.view_message" in refused.json()["detail"]
+        assert Slot.objects.get(pk=slot.pk).last_seq == 2  # nothing planted
+        assert post(client_for(reader), body).status_code == 201
+    assert Slot.objects.get(pk=slot.pk).last_seq == 3

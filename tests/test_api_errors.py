@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from tests.api_support import Users, client_for, fill, make_user
+from tests.api_support import Users, assert_error_id, client_for, fill, make_user
 from tests.conftest import extra
 
 extra("rest_framework", "api")  # every test here talks to the REST API
@@ -40,13 +40,14 @@ def test_unknown_urls_under_the_api_are_json_404_without_a_middleware(
 
 
 def test_compress_with_the_broker_down_hides_internals_from_non_staff(
-    users: Users, broker_down: Any, settings: Any
+    users: Users, broker_down: Any, settings: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     slot = fill(users.owner, 4)
     mine = client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
     body = assert_json(mine, 503)
     assert "127.0.0.1" not in body["detail"] and "Error" not in body["detail"]
-    assert body["error_id"] and f"error id {body['error_id']}" in body["detail"]
+    assert f"error id {body['error_id']}" in body["detail"]
+    assert_error_id(body, caplog, f"slot {slot.pk}")
     staff = assert_json(client_for(users.staff).post(f"/api/slots/{slot.pk}/compress/"), 503)
     assert "127.0.0.1" in staff["detail"]  # staff with view_compression see the error
     assert int(mine["Retry-After"]) > 0
@@ -62,6 +63,8 @@ def test_an_unhandled_error_in_a_view_is_a_json_500(
     body = assert_json(response, 500)
     assert "no_such_module" not in body["detail"]  # the detail goes to the log, not the client
     assert any("no_such_module" in str(r.exc_info) for r in caplog.records if r.exc_info)
+    assert f"error id {body['error_id']}" in body["detail"]
+    assert_error_id(body, caplog)
 
 
 def _closed_port() -> int:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import random
+import string
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import connection, connections
 
 import squad_memory
+from squad_memory.models import Slot
 from tests.api_support import Users, client_for, fill, make_user
 from tests.conftest import extra
 
@@ -139,3 +143,69 @@ def test_a_slow_search_is_stopped_after_search_timeout(users: Users, settings: A
     assert response.status_code == 503 and elapsed < 5, (response.status_code, elapsed)
     assert "0.5 seconds" in response.json()["detail"] and int(response["Retry-After"]) > 0
     assert len(client_for(users.owner).get("/api/search/?q=needle").json()["results"]) == 1
+
+
+def long_text(rng: random.Random, words: list[str], size: int = 57_000) -> str:
+    return " ".join(rng.choices(words, k=size // 7))[:size]
+
+
+@pytest.fixture
+def long_messages(users: Users) -> Any:
+    """Two slots of long messages (their text lives in TOAST, so the table looks small to the
+    planner, though each row's words take milliseconds to parse), analysed as autovacuum
+    would; "rareword" occurs in two messages."""
+    rng = random.Random(7)
+    vocabulary = [
+        "".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 9))) for _ in range(4000)
+    ]
+    for session in ("s1", "s2"):
+        texts = [long_text(rng, vocabulary) for _ in range(30)]
+        texts[5] += " rareword"
+        say(users.owner, session, "a1", *texts)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE squad_memory_message")
+        cursor.execute("ANALYZE squad_memory_slot")
+    return Slot.objects.get(session_id="s1")
+
+
+def plans_of_searches(request: Callable[[], Any]) -> list[str]:
+    """The plan of each statement matching text that ``request`` runs, explained on the same
+    cursor just before it runs (inside the request's transaction and its settings)."""
+    plans: list[str] = []
+
+    def explain(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if "websearch_to_tsquery" in sql and not sql.startswith("EXPLAIN"):
+            context["cursor"].execute("EXPLAIN " + sql, params)
+            plans.append("\n".join(row[0] for row in context["cursor"].fetchall()))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(explain):
+        response = request()
+    assert response.status_code == 200, response.content
+    return plans
+
+
+@pytest.mark.postgres
+def test_every_search_the_api_sends_is_answered_by_the_full_text_index(
+    users: Users, long_messages: Slot
+) -> None:
+    staff, owner = client_for(users.staff), client_for(users.owner)
+    slot = long_messages
+    first = owner.get("/api/search/?q=rareword&page_size=1").json()
+    assert len(first["results"]) == 1 and first["next"]
+    mine = f"/api/slots/{slot.pk}/messages/?q="
+    requests = {
+        "own, absent word": lambda: owner.get("/api/search/?q=absentword"),
+        "own, rare word, next page": lambda: owner.get(first["next"]),
+        "one user, absent word": lambda: staff.get(
+            f"/api/search/?q=absentword&user_id={slot.user_id}"
+        ),
+        "everyone, absent word": lambda: staff.get("/api/search/?q=absentword"),
+        "everyone, two words": lambda: staff.get("/api/search/?q=rareword%20absentword"),
+        "one slot, absent word": lambda: owner.get(mine + "absentword"),
+        "one slot, newest first": lambda: owner.get(mine + "rareword&ordering=-seq"),
+    }
+    for name, request in requests.items():
+        plans = plans_of_searches(request)
+        assert len(plans) == 1, (name, plans)
+        assert "squad_memory_message_text_fts" in plans[0], (name, plans[0])

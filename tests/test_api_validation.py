@@ -90,6 +90,34 @@ def test_message_size_limit(users: Users) -> None:
     assert too_big.status_code == 400 and "limit is 200" in str(too_big.json()["message"])
 
 
+def test_blocks_and_citations_per_message_are_bounded(users: Users) -> None:
+    client = client_for(users.owner)
+    blocks = [{"text": str(i)} for i in range(4)]
+    with override_settings(SQUAD_MEMORY={"MAX_CONTENT_BLOCKS": 3, "MAX_CITATIONS": 2}):
+        over = post(client, body(message={"role": "user", "content": blocks}))
+        assert over.status_code == 400
+        assert "MAX_CONTENT_BLOCKS" in str(over.json()["message"]["content"])
+        cited = {"role": "user", "content": blocks[:3], "citations": ["a", "b", "c"]}
+        over = post(client, body(message=None, messages=[one("user", "x"), cited]))
+        assert over.status_code == 400
+        assert "MAX_CITATIONS" in str(over.json()["messages"]["1"]["citations"])
+        assert_nothing_stored()
+        cited["citations"] = ["a", "b"]
+        assert post(client, body(message=cited)).status_code == 201  # at the bounds
+
+
+def test_a_batch_of_many_tiny_blocks_at_the_size_limit_is_400(users: Users) -> None:
+    """The costly body: MAX_BATCH_SIZE messages of MAX_MESSAGE_BYTES in 8,100 tiny blocks
+    each (``python -m bench.costly_bodies`` measures what it costs)."""
+    message = {"role": "user", "content": [{"x": 0}] * 8_100}
+    batch = json.dumps(body(message=None, messages=[message] * 100), separators=(",", ":"))
+    response = raw(client_for(users.owner), batch.encode())
+    assert response.status_code == 400
+    errors = response.json()["messages"]
+    assert len(errors) == 100 and "MAX_CONTENT_BLOCKS" in str(errors["99"]["content"])
+    assert_nothing_stored()
+
+
 def test_batch_size_limit_and_a_rejected_batch_stores_nothing(users: Users) -> None:
     client = client_for(users.owner)
     with override_settings(SQUAD_MEMORY={"MAX_BATCH_SIZE": 3}):

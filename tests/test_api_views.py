@@ -12,7 +12,16 @@ from django.utils.dateparse import parse_datetime
 
 import squad_memory
 from squad_memory.models import Compression, Message, Slot
-from tests.api_support import Users, client_for, fill, make_user, one, post, text_of
+from tests.api_support import (
+    Users,
+    assert_error_id,
+    client_for,
+    fill,
+    make_user,
+    one,
+    post,
+    text_of,
+)
 from tests.conftest import extra, msg, texts
 
 extra("rest_framework", "api")  # every test here talks to the REST API
@@ -178,45 +187,57 @@ def _failing(history: list[Any], keep_last: int) -> list[Any]:
     raise RuntimeError("backend down")
 
 
-def assert_summarizer_error(response: Any, slot: Slot, *, detailed: bool) -> None:
-    """A 502 naming the compression log row of the failure; the error for staff only."""
+def assert_summarizer_error(
+    response: Any, slot: Slot, caplog: pytest.LogCaptureFixture, *, detailed: bool
+) -> None:
+    """A 502 with an error id of the one form (logged with the compression log row of the
+    failure); the error itself for staff only."""
     body = response.json()
     assert response.status_code == 502
-    assert body["error_id"] == Compression.objects.filter(slot=slot).latest("id").pk
-    assert Compression.objects.get(pk=body["error_id"]).outcome == "failed"
+    failed = Compression.objects.filter(slot=slot).latest("id")
+    assert failed.outcome == "failed"
+    assert_error_id(body, caplog, f"compression log row {failed.pk}")
     assert ("backend down" in body["detail"]) == detailed
     assert detailed or f"error id {body['error_id']}" in body["detail"]
 
 
 @pytest.mark.parametrize("on_error", ["record", "raise"])
-def test_compress_failure_is_502_and_logged(users: Users, on_error: str) -> None:
+def test_compress_failure_is_502_and_logged(
+    users: Users, on_error: str, caplog: pytest.LogCaptureFixture
+) -> None:
     slot = fill(users.owner, 6)
     with override_settings(SQUAD_MEMORY={"SUMMARIZER": _failing, "ON_ERROR": on_error}):
         response = client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
-        assert_summarizer_error(response, slot, detailed=False)
+        assert_summarizer_error(response, slot, caplog, detailed=False)
         response = client_for(users.staff).post(f"/api/slots/{slot.pk}/compress/")
-        assert_summarizer_error(response, slot, detailed=True)
+        assert_summarizer_error(response, slot, caplog, detailed=True)
     assert Compression.objects.filter(slot=slot).count() == 2
 
 
-def test_buffer_read_with_failing_summarizer_in_raise_mode_is_502(users: Users) -> None:
+def test_buffer_read_with_failing_summarizer_in_raise_mode_is_502(
+    users: Users, caplog: pytest.LogCaptureFixture
+) -> None:
     slot = fill(users.owner, 50)  # inactive and long: the first read starts the buffer
     client = client_for(users.owner)
     with override_settings(SQUAD_MEMORY={"SUMMARIZER": _failing, "ON_ERROR": "raise"}):
         response = client.get(f"/api/slots/{slot.pk}/buffer/")
-    assert_summarizer_error(response, slot, detailed=False)
+    assert_summarizer_error(response, slot, caplog, detailed=False)
     assert len(client.get(f"/api/slots/{slot.pk}/buffer/").json()["messages"]) >= 1
 
 
-def test_summarizer_details_need_staff_with_view_compression(users: Users) -> None:
+def test_summarizer_details_need_staff_with_view_compression(
+    users: Users, caplog: pytest.LogCaptureFixture
+) -> None:
     slot = fill(users.owner, 6)
     without = make_user("operator", staff=True, perms=("change_slot",))
     with override_settings(SQUAD_MEMORY={"SUMMARIZER": _failing, "ON_ERROR": "raise"}):
         response = client_for(without).post(f"/api/slots/{slot.pk}/compress/")
-    assert_summarizer_error(response, slot, detailed=False)
+    assert_summarizer_error(response, slot, caplog, detailed=False)
 
 
-def test_post_with_failing_summarizer_in_raise_mode_keeps_the_message(users: Users) -> None:
+def test_post_with_failing_summarizer_in_raise_mode_keeps_the_message(
+    users: Users, caplog: pytest.LogCaptureFixture
+) -> None:
     slot = fill(users.owner, 41)
     client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
     body = {
@@ -227,7 +248,7 @@ def test_post_with_failing_summarizer_in_raise_mode_keeps_the_message(users: Use
     with override_settings(SQUAD_MEMORY={"SUMMARIZER": _failing, "ON_ERROR": "raise"}):
         response = post(client_for(users.owner), body)
     assert response.status_code == 502 and "stored" in response.json()["detail"]
-    assert_summarizer_error(response, slot, detailed=False)
+    assert_summarizer_error(response, slot, caplog, detailed=False)
     assert Message.objects.filter(slot=slot).count() == 83
 
 

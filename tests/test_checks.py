@@ -57,6 +57,11 @@ def test_defaults_pass() -> None:
         ({"LLM": {"TIMEOUT": 0}}, "squad_memory.E025"),
         ({"LLM": {"TEMPERATURE": 5}}, "squad_memory.E025"),
         ({"LLM": {"MAX_TOKENS": 0}}, "squad_memory.E025"),
+        ({"MAX_CONTENT_BLOCKS": 0}, "squad_memory.E050"),
+        ({"MAX_CONTENT_BLOCKS": 10_001}, "squad_memory.E050"),
+        ({"MAX_CONTENT_BLOCKS": 2.5}, "squad_memory.E050"),
+        ({"MAX_CITATIONS": -1}, "squad_memory.E050"),
+        ({"MAX_CITATIONS": "100"}, "squad_memory.E050"),
     ],
 )
 def test_bad_settings_are_reported(settings: dict[str, Any], expected: str) -> None:

@@ -70,6 +70,7 @@ LOOKALIKES = {
     "LINE SEPARATOR": "\u2028",
     "MONGOLIAN VOWEL SEPARATOR": "\u180e",
     "NBSP": "\u00a0",
+    "BRAILLE PATTERN BLANK": "\u2800",
 }
 
 
@@ -112,3 +113,55 @@ def test_ids_stored_before_the_rule_show_escaped(db: object, char: str) -> None:
     slot = Slot.objects.create(user_id=f"u{char}", session_id="s", agent_id=f"a{char}")
     shown = str(slot)
     assert char not in shown and shown == f"u<U+{ord(char):04X}>/s/a<U+{ord(char):04X}>"
+
+
+#: Ids that display as another id: (the id, the id it looks like, words of the error).
+LOOKALIKE_IDS = {
+    "leading space": (" ticket", "ticket", "begin or end with a space"),
+    "trailing space": ("ticket ", "ticket", "begin or end with a space"),
+    "NFD": ("cafe\u0301", "caf\u00e9", "NFC"),
+    "NFD in the middle": ("x-\u1100\u1161-y", "x-\uac00-y", "NFC"),
+}
+
+
+@pytest.mark.parametrize(("value", "twin", "words"), LOOKALIKE_IDS.values(), ids=LOOKALIKE_IDS)
+def test_every_entry_point_refuses_ids_that_look_like_another(
+    db: object, value: str, twin: str, words: str
+) -> None:
+    """Refused, not normalized: a stored id is never rewritten, so an id reaches the same
+    conversation however it is written, and two ids never show alike in the admin."""
+    assert id_problem(twin) is None and id_problem(f"a {twin} b") is None
+    storage = squad_memory.get_storage()
+    with pytest.raises(InvalidSlotKey, match=words):
+        storage.save_chat_message_sync("u", value, "a", msg("user", "x"))
+    with pytest.raises(InvalidSlotKey, match=words):
+        storage.fetch_chat_sync(value, "s", "a")
+    line = {"user_id": "u", "session_id": "s", "agent_id": value, "role": "user", "content": "x"}
+    report = transfer.validate(StringIO(json.dumps(line) + "\n"))
+    assert [n for n, _ in report.errors] == [1] and words in report.errors[0][1]
+    extra("rest_framework", "api")
+    from tests.api_support import client_for, make_user, one, post
+
+    body = {"session_id": value, "agent_id": "a", "message": one("user", "x")}
+    response = post(client_for(make_user("writer")), body)
+    assert response.status_code == 400 and words in str(response.json()["session_id"])
+    assert not Slot.objects.exists()
+    with override_settings(SQUAD_MEMORY={"ALLOW_INVISIBLE_IDS": True}):
+        assert id_problem(value) is None
+
+
+def test_every_entry_point_bounds_blocks_and_citations(db: object) -> None:
+    from squad_memory.exceptions import InvalidMessage
+
+    storage = squad_memory.get_storage()
+    with override_settings(SQUAD_MEMORY={"MAX_CONTENT_BLOCKS": 2, "MAX_CITATIONS": 1}):
+        many = {"role": "user", "content": [{"text": "a"}] * 3}
+        with pytest.raises(InvalidMessage, match=r"3 content blocks.*MAX_CONTENT_BLOCKS"):
+            storage.save_chat_message_sync("u", "s", "a", many)
+        cited = {"role": "user", "content": [{"text": "a"}], "citations": ["x", "y"]}
+        with pytest.raises(InvalidMessage, match=r"2 citations.*MAX_CITATIONS"):
+            storage.save_chat_messages_sync("u", "s", "a", [cited])
+        line = {"user_id": "u", "session_id": "s", "agent_id": "a", **many}
+        report = transfer.validate(StringIO(json.dumps(line) + "\n"))
+        assert "MAX_CONTENT_BLOCKS" in report.errors[0][1]
+        assert not Message.objects.exists()

@@ -3,7 +3,9 @@
 - Reading: any authenticated user, their own slots; staff read other users' slots with
   ``view_slot``, and their messages, buffers, histories and search with ``view_message``.
 - Posting: ``SQUAD_MEMORY["API_POST_PERMISSION"]`` (``squad_memory.add_message``; ``None``:
-  any authenticated user posts their own messages). For another user: staff.
+  any authenticated user posts their own messages). For another user: staff with
+  ``view_message`` too, the right to read that user's messages (nobody writes where they
+  cannot read).
 - Compressing or resetting: ``squad_memory.change_slot``. Deleting: the owner, or staff
   with ``squad_memory.delete_slot``.
 

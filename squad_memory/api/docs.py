@@ -24,8 +24,7 @@ from squad_memory.api.serializers import (
     ID_SCHEMA,
     ErrorSerializer,
     PostResultSerializer,
-    SummarizerErrorSerializer,
-    UnavailableSerializer,
+    ServerErrorSerializer,
 )
 from squad_memory.operations.idempotency import MAX_KEY_LENGTH
 
@@ -65,13 +64,13 @@ ERRORS = {
     429: _error("Too many requests; retry after Retry-After seconds."),
     502: _error(
         "The summarizer failed; anything the request stored stays stored. Its error is shown "
-        "to staff with view_compression; error_id names its log row.",
-        SummarizerErrorSerializer,
+        "to staff with view_compression; others get an error_id to quote.",
+        ServerErrorSerializer,
     ),
     503: _error(
         "The database or the broker did not answer, or a search ran out of time; nothing "
         "was changed: retry after Retry-After seconds.",
-        UnavailableSerializer,
+        ServerErrorSerializer,
     ),
 }
 

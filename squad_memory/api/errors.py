@@ -1,7 +1,8 @@
 """Errors of the API: every answer is JSON (503 with ``Retry-After`` when the database is
 unavailable, a logged 500 for the unexpected, a JSON 404 for the rest of the API's prefix),
 and a failed compression (502) or broker (503) names its error to staff with
-``view_compression`` only; others get an error id to quote.
+``view_compression`` only; others get an error id to quote. An error id has one form
+everywhere (500, 502, 503): twelve random hex digits, written in the log with the error.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 #: Seconds a client should wait before retrying after a 503.
 RETRY_AFTER = 5
-INTERNAL_ERROR = "Internal server error; the error was logged."
+INTERNAL_ERROR = "Internal server error; quote error id {error_id} when reporting it."
 E = TypeVar("E", bound=APIException)
 
 
@@ -64,9 +65,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         exc = Unavailable()
     response = drf_exception_handler(exc, context)
     if response is None:
-        logger.error("Unhandled error in an API view", exc_info=exc)
+        error_id = new_error_id()
+        logger.error("Unhandled error in an API view (error id %s)", error_id, exc_info=exc)
         set_rollback()
-        response = Response({"detail": INTERNAL_ERROR}, status=500)
+        detail = INTERNAL_ERROR.format(error_id=error_id)
+        response = Response({"detail": detail, "error_id": error_id}, status=500)
     if response.status_code == status.HTTP_503_SERVICE_UNAVAILABLE:
         response["Retry-After"] = str(RETRY_AFTER)
     return response
@@ -77,7 +80,12 @@ def not_found(request: HttpRequest, path: str = "") -> JsonResponse:
     return JsonResponse({"detail": "Not found."}, status=404)
 
 
-def _with_id(exc: E, request: Request, failure: str, error: object, error_id: object) -> E:
+def new_error_id() -> str:
+    """The id an answer gives a client to quote, the same in the log line of the error."""
+    return uuid.uuid4().hex[:12]
+
+
+def _with_id(exc: E, request: Request, failure: str, error: object, error_id: str) -> E:
     """``exc`` answering ``{"detail", "error_id"}``: the error itself for staff with
     ``view_compression``, the id to quote for others (``error_id`` stays as it is)."""
     if can_view_all(request.user, COMPRESSION):
@@ -91,18 +99,20 @@ def _with_id(exc: E, request: Request, failure: str, error: object, error_id: ob
 def summarizer_failed(
     request: Request, failure: str, error: object, slots: QuerySet[Slot]
 ) -> SummarizerFailed:
-    """The 502 of a failed compression of one of ``slots``; its error id is the pk of the
-    compression log row, read from the database it was just written to."""
+    """The 502 of a failed compression of one of ``slots``; its error id is logged with the
+    compression log row of the failure, read from the database it was just written to."""
     failed = Compression.objects.using(Slot.objects.write_db()).filter(
         slot__in=slots, outcome=Compression.Outcome.FAILED
     )
-    error_id = failed.order_by("-id").values_list("pk", flat=True).first()
+    row = failed.order_by("-id").values_list("pk", flat=True).first()
+    error_id = new_error_id()
+    logger.error("Compression failed (error id %s, compression log row %s)", error_id, row)
     return _with_id(SummarizerFailed(), request, failure, error, error_id)
 
 
 def not_queued(request: Request, slot: Slot, error: object) -> Unavailable:
     """The 503 of a compression the broker did not take (nothing is pending: retry later)."""
-    error_id = uuid.uuid4().hex[:12]
+    error_id = new_error_id()
     logger.error("Compression of slot %s not queued (error id %s): %s", slot.pk, error_id, error)
     failure = "The compression could not be queued; retry later"
     return _with_id(Unavailable(), request, failure, error, error_id)

@@ -11,7 +11,14 @@ from rest_framework import serializers
 from squad_memory.conf import app_settings
 from squad_memory.messages import check_storable
 from squad_memory.models import Message, Outcome, Slot, SlotState
-from squad_memory.rules import CONTROL_CHARS, ID_PATTERN, ROLES, id_problem, size_problem
+from squad_memory.rules import (
+    CONTROL_CHARS,
+    ID_PATTERN,
+    ROLES,
+    id_problem,
+    parts_problems,
+    size_problem,
+)
 from squad_memory.search import MAX_QUERY_LENGTH, excerpt
 
 #: Nesting depth allowed inside a message's content and citations.
@@ -104,6 +111,11 @@ class MessageInSerializer(StrictSerializer):
     citations = serializers.ListField(
         child=serializers.JSONField(), required=False, allow_null=True, validators=[check_json]
     )
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, dict) and (problems := parts_problems(data)):  # before each part
+            raise serializers.ValidationError({k: [v] for k, v in problems.items()})
+        return super().to_internal_value(data)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         message = {k: attrs.get(k) for k in ("role", "content", "citations")}
@@ -302,14 +314,10 @@ class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
     detail = serializers.CharField()
 
 
-class SummarizerErrorSerializer(ErrorSerializer):
-    error_id = serializers.IntegerField(
-        allow_null=True,
-        help_text="The compression log row of the failure (quote it when reporting the error).",
-    )
-
-
-class UnavailableSerializer(ErrorSerializer):
-    error_id = serializers.CharField(
-        required=False, help_text="Names the failure in the server's log (quote it)."
+class ServerErrorSerializer(ErrorSerializer):
+    error_id = serializers.RegexField(
+        "^[0-9a-f]{12}$",
+        required=False,
+        help_text="Twelve hex digits naming the failure in the server's log (quote it when "
+        "reporting the error); the same form in every answer that has one.",
     )

@@ -1,9 +1,10 @@
 """Throttling: per user, per anonymous client, failed authentications, and scoped rates, at
 the ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` of ``user``, ``anon``,
-``squad_memory_auth_failures`` (wrong credentials per client address; past it, every
-authenticating request of that address is 429 until the window passes, so tokens cannot be
-guessed), ``squad_memory_compress`` and ``squad_memory_search`` (no rate: no limit). Counts
-live in Django's default cache: share it between processes.
+``squad_memory_auth_failures`` (wrong credentials per client address; past it, wrong
+credentials from that address are 429 until the window passes, while a request that
+authenticates is never throttled by them), ``squad_memory_compress`` and
+``squad_memory_search`` (no rate: no limit). Counts live in Django's default cache: share it
+between processes.
 
 A client's address is ``REMOTE_ADDR``, or with ``REST_FRAMEWORK["NUM_PROXIES"] = n`` the
 ``n``-th from the end of ``X-Forwarded-For``. Unlike DRF, an unset ``NUM_PROXIES`` means 0:

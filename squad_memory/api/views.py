@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from django.db import OperationalError, connections, transaction
@@ -77,11 +77,15 @@ def given_user_id(request: Request, session_id: str) -> str | None:
 
 
 def acting_user_id(request: Request, given: str | None) -> str:
-    """The ``user_id`` a write acts for; naming another user's is for staff only."""
+    """The ``user_id`` a write acts for; naming another user's needs the right to read their
+    messages (nobody writes where they cannot read)."""
     if given is None:
         return access.user_id_for(request.user)
-    if not access.may_act_as(request.user, given):
-        raise PermissionDenied("Only staff may name another user's user_id.")
+    if not access.may_read(request.user, given, MESSAGE):
+        raise PermissionDenied(
+            "Writing for another user's user_id needs the squad_memory.view_message "
+            "permission (staff only), as reading their messages does."
+        )
     return given
 
 
@@ -92,18 +96,21 @@ def fresh(slot: Slot) -> Slot:
 
 
 @contextmanager
-def time_limit(alias: str) -> Iterator[None]:
-    """A search's statements stop after ``SEARCH_TIMEOUT`` seconds (PostgreSQL's
-    ``statement_timeout``, for this transaction only): a 503 that says so."""
+def searching(alias: str) -> Iterator[None]:
+    """On PostgreSQL, a search's statements run in a transaction where the full-text index
+    is the plan (:func:`squad_memory.search.plan_with_index`), and stop after
+    ``SEARCH_TIMEOUT`` seconds (``statement_timeout``): a 503 that says so."""
     seconds = app_settings.search_timeout
-    if seconds <= 0 or connections[alias].vendor != "postgresql":
+    if connections[alias].vendor != "postgresql":
         yield
         return
     try:
         with transaction.atomic(using=alias):
             with connections[alias].cursor() as cursor:
-                timeout = str(max(int(seconds * 1000), 1))
-                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [timeout])
+                search.plan_with_index(cursor)
+                if seconds > 0:
+                    timeout = str(max(int(seconds * 1000), 1))
+                    cursor.execute("SELECT set_config('statement_timeout', %s, true)", [timeout])
             yield
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) != QUERY_CANCELED:
@@ -144,14 +151,15 @@ class ApiMixin(APIView):
         return errors.exception_handler
 
     def perform_authentication(self, request: Request) -> None:
-        """Past the rate of failed authentications, a client's credentials are not even
-        checked (429), so that they cannot be guessed."""
-        failures = throttling.AuthFailureThrottle()
-        if not failures.allow_request(request, self):
-            self.throttled(request, failures.wait() or 0)
+        """Wrong credentials are counted per client address; past the rate of failed
+        authentications they answer 429 instead of 401. A request that authenticates is
+        never throttled by them: one client's revoked token locks nobody else out."""
         try:
             request.user  # noqa: B018 - authenticates
         except AuthenticationFailed:
+            failures = throttling.AuthFailureThrottle()
+            if not failures.allow_request(request, self):
+                self.throttled(request, failures.wait() or 0)
             failures.failed()
             raise
 
@@ -273,7 +281,8 @@ class SlotViewSet(
         rows: Any = Message.objects.filter(slot_id=slot.pk)  # a queryset of another model
         if words := query(serializers.MessageFilterSerializer, request).get("q"):
             rows = search.matching(rows, words)
-        page = self.paginate_queryset(rows)
+        with searching(rows.db) if words else nullcontext():
+            page = self.paginate_queryset(rows)
         data = serializers.MessageSerializer(page, many=True, context={"slot": slot}).data
         return self.get_paginated_response(data)
 
@@ -302,7 +311,8 @@ class SlotViewSet(
         "repeating the last role is skipped). messages: a batch stored as given, like "
         "save_chat_messages. A rejected request stores nothing. Needs the permission "
         "SQUAD_MEMORY['API_POST_PERMISSION'] names (squad_memory.add_message unless the "
-        "project set None); posting for another user's user_id needs staff too.",
+        "project set None); posting for another user's user_id needs staff with "
+        "view_message too, the right to read that user's messages.",
         request=serializers.PostMessagesSerializer,
         parameters=[IDEMPOTENCY_KEY],
         responses=responses(
@@ -470,7 +480,7 @@ class SearchView(ApiMixin, generics.GenericAPIView[Message]):
         elif not can_view_all(request.user, MESSAGE):
             rows = rows.filter(slot__user_id=access.user_id_for(request.user))
         rows = rows.select_related("slot").only(*serializers.SearchHitSerializer.Meta.loads)
-        with time_limit(rows.db):
+        with searching(rows.db):
             page = self.paginate_queryset(search.matching(rows, params["q"]))
         data = serializers.SearchHitSerializer(page, many=True, context={"q": params["q"]}).data
         return self.get_paginated_response(data)
