@@ -270,11 +270,11 @@ class SlotViewSet(
     @action(detail=True, methods=["get"], pagination_class=BySeq)
     def messages(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_readable_object(MESSAGE)
-        rows: Any = Message.objects.filter(slot_id=slot.pk)  # a queryset of another model
+        rows: Any = slot.messages.all()  # a queryset of another model, each row's slot loaded
         if words := query(serializers.MessageFilterSerializer, request).get("q"):
             rows = search.matching(rows, words)
         page = self.paginate_queryset(rows)
-        data = serializers.MessageSerializer(page, many=True, context={"slot": slot}).data
+        data = serializers.MessageSerializer(page, many=True).data
         return self.get_paginated_response(data)
 
     @extend_schema(
@@ -330,11 +330,12 @@ class SlotViewSet(
             [data["message"]] if single else data["messages"],
             check_role=single,
             max_history_size=data.get("max_history_size"),
+            read_view=False,  # the answer is the rows stored, not the conversation
         )
-        slot = fresh(result.slot)
+        slot = result.slot if result.compression is None else fresh(result.slot)
         body = {"slot": slot, "stored": result.rows, "skipped": result.skipped}
         code = status.HTTP_200_OK if result.skipped else status.HTTP_201_CREATED
-        data = serializers.PostResultSerializer(body, context={"slot": slot}).data
+        data = serializers.PostResultSerializer(body).data
         return Answer(code, data, slot=slot.pk)
 
     @extend_schema(

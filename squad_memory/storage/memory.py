@@ -144,10 +144,17 @@ class Memory:
 
     # -- saving ----------------------------------------------------------------------
     def save(
-        self, key: SlotKey, messages: list[Any], *, check_role: bool, max_history_size: int | None
+        self,
+        key: SlotKey,
+        messages: list[Any],
+        *,
+        check_role: bool,
+        max_history_size: int | None,
+        read_view: bool = True,
     ) -> Saved:
         """Store messages (``check_role``: the role rule of ``save_chat_message``), then
-        start the compression they made due, if any.
+        start the compression they made due, if any (``read_view``: the save also reads
+        the rows :meth:`answer` returns).
 
         Raises :class:`SummarizerError` after storing when that compression failed and
         the policy says ``on_error="raise"``.
@@ -161,7 +168,7 @@ class Memory:
             check_role=check_role,
             max_history_size=max_history_size,
             rows_while_inactive=self.journal.rows_while_inactive,
-            view="visible" if self.policy is None else "buffer",
+            view=None if not read_view else "visible" if self.policy is None else "buffer",
             newest=self._newest(),
         )
         saved = Saved(appended, inner=inner)
