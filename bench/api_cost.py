@@ -118,7 +118,7 @@ def pairs(client: Any, slot: Any) -> dict[str, tuple[Callable[[], Any], Callable
         "post a turn": (post("/api/slots/messages/"), post("/floor/post/")),
         "buffer": (get(f"{api}/buffer/"), get("/floor/buffer/")),
         "messages page": (get(f"{api}/messages/?ordering=-seq"), get("/floor/messages/")),
-        # "sessions list": (get("/api/sessions/"), get("/floor/slots/")),
+        "sessions list": (get("/api/sessions/"), get("/floor/slots/")),
     }
 
 

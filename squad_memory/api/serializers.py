@@ -276,6 +276,37 @@ class SearchHitSerializer(serializers.ModelSerializer[Message]):
         return excerpt(message.text, self.context["q"])
 
 
+class SessionAgentSerializer(Prebuilt):
+    """One agent's slot of a session."""
+
+    agent_id = serializers.CharField()
+    slot = serializers.IntegerField(help_text="The slot's id.")
+    url = serializers.CharField(help_text="The slot's address (its buffer and messages are below).")
+    message_count = serializers.IntegerField(help_text="Raw messages accepted.")
+
+
+class LastMessageSerializer(Prebuilt):
+    agent_id = serializers.CharField()
+    role = serializers.CharField()
+    preview = serializers.CharField(
+        help_text="The start of the message's text (at most 100 characters)."
+    )
+
+
+class SessionSerializer(Prebuilt):
+    """A session of one user: its agents' slots, newest activity first."""
+
+    user_id = serializers.CharField()
+    session_id = serializers.CharField()
+    last_activity = serializers.DateTimeField(help_text="When a message was last stored.")
+    message_count = serializers.IntegerField(help_text="Raw messages of every agent.")
+    agents = SessionAgentSerializer(many=True)
+    last_message = LastMessageSerializer(
+        allow_null=True, help_text="Null when the user may not read the session's messages."
+    )
+    history = serializers.CharField(help_text="The address of the merged history.")
+
+
 class BufferSerializer(Prebuilt):
     slot = serializers.IntegerField()
     active = serializers.BooleanField(help_text="False: the buffer is the visible raw history.")

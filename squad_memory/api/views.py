@@ -6,12 +6,15 @@ write database, so a read replica that lags never turns a stored write into an e
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 from django.db import OperationalError, connections, transaction
-from django.db.models import QuerySet
+from django.db.models import Max, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.functions import Substr
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import generics, mixins, status, viewsets
@@ -38,9 +41,9 @@ from squad_memory.api.docs import (
     responses,
 )
 from squad_memory.api.formats import RENDERERS, LimitedJSONParser, SafeJSONRenderer
-from squad_memory.api.pagination import BySeq, NewestFirst
+from squad_memory.api.pagination import ByActivity, BySeq, NewestFirst
 from squad_memory.conf import app_settings
-from squad_memory.models import Message, Outcome, Slot
+from squad_memory.models import Message, Outcome, Slot, SlotQuerySet
 from squad_memory.operations import forgetting
 from squad_memory.operations.idempotency import (
     MAX_KEY_LENGTH,
@@ -56,6 +59,17 @@ PK = re.compile(r"[0-9]{1,18}")
 IDEMPOTENCY_KEY_VALUE = re.compile(KEY_PATTERN)
 #: Outcomes of work still under way: 202 (the others say what happened: 200).
 STARTED = {Outcome.QUEUED, Outcome.DEFERRED, Outcome.ALREADY_PENDING}
+#: Characters of the last message's text a session's entry shows.
+PREVIEW_CHARS = 100
+SESSION_SLOT_FIELDS = (
+    "id",
+    "user_id",
+    "session_id",
+    "agent_id",
+    "last_seq",
+    "last_role",
+    "updated_at",
+)
 #: SQLSTATE of a statement cancelled by ``statement_timeout`` (PostgreSQL).
 QUERY_CANCELED = "57014"
 
@@ -390,6 +404,81 @@ class SlotViewSet(
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
+    """``GET /sessions/``: a user's sessions, the most recently active first."""
+
+    pagination_class = ByActivity
+    serializer_class = serializers.SessionSerializer
+
+    @extend_schema(
+        summary="List sessions",
+        description="The requesting user's sessions, the most recently active first, each "
+        "with its agents' slots, message count and the start of its last message: a chat "
+        "sidebar. Staff with view_slot list every user's (?user_id= for one user's); the "
+        "last message needs view_message too.",
+        parameters=[serializers.UserQuerySerializer],
+        responses=responses({200: serializers.SessionSerializer(many=True)}, 400, 404),
+    )
+    def get(self, request: Request) -> Response:
+        slots = access.visible_slots(request.user, get_storage().namespace)
+        slots = slots.filter(**query(serializers.UserQuerySerializer, request))
+        grouped = slots.values("user_id", "session_id").order_by()
+        sessions = grouped.annotate(last_activity=Max("updated_at"), message_count=Sum("last_seq"))
+        page = self.paginate_queryset(sessions) or []
+        root = request.build_absolute_uri(reverse("squad_memory_api:root"))
+        agents = self._agents(slots, page)
+        readable = access.message_reader(request.user)
+        data = [
+            self._session(
+                readable(row["user_id"]), root, row, agents[row["user_id"], row["session_id"]]
+            )
+            for row in page
+        ]
+        return self.get_paginated_response(serializers.SessionSerializer(data, many=True).data)
+
+    @staticmethod
+    def _agents(
+        slots: SlotQuerySet, page: list[dict[str, Any]]
+    ) -> dict[tuple[str, str], list[Slot]]:
+        """The slots of the page's sessions, newest first, each with its last message's text."""
+        agents: dict[tuple[str, str], list[Slot]] = defaultdict(list)
+        if not page:
+            return agents
+        keys = {(row["user_id"], row["session_id"]) for row in page}
+        last = Message.objects.filter(slot_id=OuterRef("pk"), seq=OuterRef("last_seq"))
+        found = (
+            slots.filter(user_id__in={u for u, _ in keys}, session_id__in={s for _, s in keys})
+            .only(*SESSION_SLOT_FIELDS)
+            .annotate(preview=Substr(Subquery(last.values("text")[:1]), 1, PREVIEW_CHARS))
+            .order_by("-updated_at", "-id")
+        )
+        for slot in found:  # a staff user's page may name the same session id of two users
+            if (slot.user_id, slot.session_id) in keys:
+                agents[slot.user_id, slot.session_id].append(slot)
+        return agents
+
+    @staticmethod
+    def _session(
+        readable: bool, root: str, row: dict[str, Any], agents: list[Slot]
+    ) -> dict[str, Any]:
+        newest = agents[0]
+        last = {"agent_id": newest.agent_id, "role": newest.last_role, "preview": newest.preview}
+        return {
+            **row,
+            "agents": [
+                {
+                    "agent_id": slot.agent_id,
+                    "slot": slot.pk,
+                    "url": f"{root}slots/{slot.pk}/",
+                    "message_count": slot.last_seq,
+                }
+                for slot in agents
+            ],
+            "last_message": last if readable else None,
+            "history": f"{root}sessions/{quote(row['session_id'], safe='')}/history/",
+        }
+
+
 class SessionHistoryView(ApiMixin):
     """A session's merged history of every agent, the same as ``fetch_all_chats``."""
 
@@ -487,6 +576,7 @@ class RootView(ApiMixin):
         root = request.build_absolute_uri(reverse("squad_memory_api:root"))
         paths = {
             "slots": "slots/",
+            "sessions": "sessions/",
             "post messages": "slots/messages/",
             "search": "search/?q={words}",
             "session history": "sessions/{session_id}/history/",
