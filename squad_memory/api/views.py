@@ -423,8 +423,8 @@ class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
         slots = access.visible_slots(request.user, get_storage().namespace)
         slots = slots.filter(**query(serializers.UserQuerySerializer, request))
         grouped = slots.values("user_id", "session_id").order_by()
-        sessions = grouped.annotate(last_activity=Max("updated_at"), message_count=Sum("last_seq"))
-        page = self.paginate_queryset(sessions) or []
+        sessions: Any = grouped.annotate(last_activity=Max("updated_at"), total=Sum("last_seq"))
+        page: list[dict[str, Any]] = self.paginate_queryset(sessions) or []
         root = request.build_absolute_uri(reverse("squad_memory_api:root"))
         agents = self._agents(slots, page)
         readable = access.message_reader(request.user)
@@ -462,9 +462,11 @@ class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
         readable: bool, root: str, row: dict[str, Any], agents: list[Slot]
     ) -> dict[str, Any]:
         newest = agents[0]
-        last = {"agent_id": newest.agent_id, "role": newest.last_role, "preview": newest.preview}
+        preview = newest.preview  # type: ignore[attr-defined]
+        last = {"agent_id": newest.agent_id, "role": newest.last_role, "preview": preview}
         return {
             **row,
+            "message_count": row["total"],
             "agents": [
                 {
                     "agent_id": slot.agent_id,
