@@ -24,6 +24,7 @@ REQUESTS: list[tuple[str, Request]] = [
     ("messages newest", lambda c, s: c.get(f"/api/slots/{s.pk}/messages/?ordering=-seq")),
     ("buffer", lambda c, s: c.get(f"/api/slots/{s.pk}/buffer/")),
     ("history", lambda c, s: c.get(f"/api/sessions/{s.session_id}/history/")),
+    ("sessions", lambda c, s: c.get("/api/sessions/")),
     (
         "post one",
         lambda c, s: post(

@@ -291,6 +291,7 @@ def test_schema_and_docs_are_served(db: Any) -> None:
         "/api/slots/{id}/reset/",
         "/api/slots/messages/",
         "/api/sessions/{session_id}/history/",
+        "/api/sessions/",
         "/api/sessions/{session_id}/",
         "/api/search/",
     }

@@ -15,13 +15,14 @@ Another user's slot answers 404 whatever the permissions, so nothing tells which
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 
 from squad_memory.conf import app_settings
 from squad_memory.models import Slot, SlotQuerySet
-from squad_memory.permissions import SLOT, can_view_all
+from squad_memory.permissions import MESSAGE, SLOT, can_view_all
 from squad_memory.rules import id_problem
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,17 @@ def visible_slots(user: Any, namespace: str) -> SlotQuerySet:
 def may_read(user: Any, user_id: str, model_name: str) -> bool:
     """Whether ``user`` may read the ``model_name`` rows of ``user_id``'s slots."""
     return can_view_all(user, model_name) or user_id == user_id_for(user)
+
+
+def message_reader(user: Any) -> Callable[[str], bool]:
+    """:func:`may_read` of messages for many ``user_id``s, the permissions checked once."""
+    if can_view_all(user, MESSAGE):
+        return lambda user_id: True
+    try:
+        own = user_id_for(user)
+    except PermissionDenied:  # staff listing others' slots without an identity of their own
+        return lambda user_id: False
+    return lambda user_id: user_id == own
 
 
 def may_act_as(user: Any, user_id: str) -> bool:

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
@@ -89,3 +90,16 @@ class BySeq(NewestFirst):
                 "schema": {"type": "string", "enum": list(self.orderings)},
             },
         ]
+
+
+class ByActivity(NewestFirst):
+    """Sessions by their last activity, the most recent first."""
+
+    ordering = "-last_activity"
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        cursor = CursorPagination.decode_cursor(self, request)
+        position = None if cursor is None else cursor.position
+        if position is not None and parse_datetime(str(position)) is None:
+            raise NotFound(self.invalid_cursor_message)
+        return cursor

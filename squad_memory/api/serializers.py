@@ -34,7 +34,21 @@ def check_id(value: str) -> None:
         raise serializers.ValidationError(f"{problem[0].upper()}{problem[1:]}.")
 
 
-class StrictSerializer(serializers.Serializer[dict[str, Any]]):
+class Prebuilt(serializers.Serializer[Any]):
+    """A serializer whose fields are built once per class, not on every request (DRF builds
+    them per instance, a ``ModelSerializer``'s from the model): its fields keep no state and
+    read no context."""
+
+    @property
+    def fields(self) -> Any:
+        cls = type(self)
+        if "_prebuilt" not in cls.__dict__:
+            build = serializers.Serializer.__dict__["fields"].func
+            cls._prebuilt = build(cls())  # type: ignore[attr-defined]
+        return cls.__dict__["_prebuilt"]
+
+
+class StrictSerializer(Prebuilt):
     """Refuses fields it does not declare (``timestamp``, ``seq``...) instead of ignoring them."""
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
@@ -155,7 +169,7 @@ class PostMessagesSerializer(StrictSerializer):
         return dict(super().to_internal_value(data))
 
 
-class UserQuerySerializer(serializers.Serializer[dict[str, Any]]):
+class UserQuerySerializer(Prebuilt):
     user_id = IdField(required=False, help_text=STAFF_ONLY)
 
 
@@ -166,7 +180,7 @@ class SlotFilterSerializer(UserQuerySerializer):
     agent_id = IdField(required=False)
 
 
-class BufferQuerySerializer(serializers.Serializer[dict[str, Any]]):
+class BufferQuerySerializer(Prebuilt):
     max_history_size = serializers.IntegerField(
         required=False,
         min_value=0,
@@ -175,7 +189,7 @@ class BufferQuerySerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
-class MessageFilterSerializer(serializers.Serializer[dict[str, Any]]):
+class MessageFilterSerializer(Prebuilt):
     q = QueryField(required=False, help_text="Only the messages matching these words.")
 
 
@@ -184,7 +198,7 @@ class SearchQuerySerializer(UserQuerySerializer):
 
 
 # -- what the API answers --------------------------------------------------------------------
-class SlotSerializer(serializers.ModelSerializer[Slot]):
+class SlotSerializer(Prebuilt, serializers.ModelSerializer[Slot]):
     """A slot and the state of its summary buffer."""
 
     message_count = serializers.IntegerField(read_only=True, help_text="Raw messages accepted.")
@@ -231,7 +245,7 @@ class SlotSerializer(serializers.ModelSerializer[Slot]):
         read_only_fields = fields
 
 
-class ContentMessageSerializer(serializers.Serializer[Any]):
+class ContentMessageSerializer(Prebuilt):
     """A ``ConversationMessage`` of a buffer or a merged history."""
 
     role = serializers.CharField()
@@ -239,10 +253,11 @@ class ContentMessageSerializer(serializers.Serializer[Any]):
     citations = serializers.ListField(child=serializers.JSONField(), allow_null=True, default=None)
 
 
-class MessageSerializer(serializers.ModelSerializer[Message]):
-    """A raw message; ``trimmed`` when ``max_history_size`` has hidden it from the views."""
+class MessageSerializer(Prebuilt, serializers.ModelSerializer[Message]):
+    """A raw message (its ``slot`` loaded); ``trimmed`` when ``max_history_size`` has hidden
+    it from the views."""
 
-    trimmed = serializers.SerializerMethodField()
+    trimmed = serializers.BooleanField(source="is_trimmed", read_only=True)
     content = serializers.ListField(child=serializers.DictField())
     citations = serializers.ListField(child=serializers.JSONField(), allow_null=True)
 
@@ -250,9 +265,6 @@ class MessageSerializer(serializers.ModelSerializer[Message]):
         model = Message
         fields = ["seq", "role", "content", "citations", "timestamp", "trimmed"]
         read_only_fields = fields
-
-    def get_trimmed(self, message: Message) -> bool:
-        return bool(self.context["slot"].is_trimmed(message.seq))
 
 
 class SearchHitSerializer(serializers.ModelSerializer[Message]):
@@ -276,7 +288,38 @@ class SearchHitSerializer(serializers.ModelSerializer[Message]):
         return excerpt(message.text, self.context["q"])
 
 
-class BufferSerializer(serializers.Serializer[dict[str, Any]]):
+class SessionAgentSerializer(Prebuilt):
+    """One agent's slot of a session."""
+
+    agent_id = serializers.CharField()
+    slot = serializers.IntegerField(help_text="The slot's id.")
+    url = serializers.CharField(help_text="The slot's address (its buffer and messages are below).")
+    message_count = serializers.IntegerField(help_text="Raw messages accepted.")
+
+
+class LastMessageSerializer(Prebuilt):
+    agent_id = serializers.CharField()
+    role = serializers.CharField()
+    preview = serializers.CharField(
+        help_text="The start of the message's text (at most 100 characters)."
+    )
+
+
+class SessionSerializer(Prebuilt):
+    """A session of one user: its agents' slots, newest activity first."""
+
+    user_id = serializers.CharField()
+    session_id = serializers.CharField()
+    last_activity = serializers.DateTimeField(help_text="When a message was last stored.")
+    message_count = serializers.IntegerField(help_text="Raw messages of every agent.")
+    agents = SessionAgentSerializer(many=True)
+    last_message = LastMessageSerializer(
+        allow_null=True, help_text="Null when the user may not read the session's messages."
+    )
+    history = serializers.CharField(help_text="The address of the merged history.")
+
+
+class BufferSerializer(Prebuilt):
     slot = serializers.IntegerField()
     active = serializers.BooleanField(help_text="False: the buffer is the visible raw history.")
     buffer_length = serializers.IntegerField(help_text="Length of the stored buffer.")
@@ -287,19 +330,19 @@ class BufferSerializer(serializers.Serializer[dict[str, Any]]):
     messages = ContentMessageSerializer(many=True)
 
 
-class HistorySerializer(serializers.Serializer[dict[str, Any]]):
+class HistorySerializer(Prebuilt):
     user_id = serializers.CharField()
     session_id = serializers.CharField()
     messages = ContentMessageSerializer(many=True)
 
 
-class PostResultSerializer(serializers.Serializer[dict[str, Any]]):
+class PostResultSerializer(Prebuilt):
     slot = SlotSerializer()
     stored = MessageSerializer(many=True, help_text="The messages stored, with their seq.")
     skipped = serializers.BooleanField(help_text="True: the message repeated the last role.")
 
 
-class CompressResultSerializer(serializers.Serializer[dict[str, Any]]):
+class CompressResultSerializer(Prebuilt):
     outcome = serializers.ChoiceField(
         choices=Outcome.values,
         help_text="What the request turned into: applied; stale (the buffer moved on); "

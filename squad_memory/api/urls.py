@@ -18,6 +18,7 @@ SESSION_ID = r"(?P<session_id>(?s:.+))"
 
 urlpatterns = [
     path("", views.RootView.as_view(), name="root"),
+    path("sessions/", views.SessionListView.as_view(), name="session-list"),
     re_path(
         rf"^sessions/{SESSION_ID}/history/$",
         views.SessionHistoryView.as_view(),

@@ -6,12 +6,15 @@ write database, so a read replica that lags never turns a stored write into an e
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
+from urllib.parse import quote
 
 from django.db import OperationalError, connections, transaction
-from django.db.models import QuerySet
+from django.db.models import Max, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.functions import Substr
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import generics, mixins, status, viewsets
@@ -38,9 +41,9 @@ from squad_memory.api.docs import (
     responses,
 )
 from squad_memory.api.formats import RENDERERS, LimitedJSONParser, SafeJSONRenderer
-from squad_memory.api.pagination import BySeq, NewestFirst
+from squad_memory.api.pagination import ByActivity, BySeq, NewestFirst
 from squad_memory.conf import app_settings
-from squad_memory.models import Message, Outcome, Slot
+from squad_memory.models import Message, Outcome, Slot, SlotQuerySet
 from squad_memory.operations import forgetting
 from squad_memory.operations.idempotency import (
     MAX_KEY_LENGTH,
@@ -56,6 +59,17 @@ PK = re.compile(r"[0-9]{1,18}")
 IDEMPOTENCY_KEY_VALUE = re.compile(KEY_PATTERN)
 #: Outcomes of work still under way: 202 (the others say what happened: 200).
 STARTED = {Outcome.QUEUED, Outcome.DEFERRED, Outcome.ALREADY_PENDING}
+#: Characters of the last message's text a session's entry shows.
+PREVIEW_CHARS = 100
+SESSION_SLOT_FIELDS = (
+    "id",
+    "user_id",
+    "session_id",
+    "agent_id",
+    "last_seq",
+    "last_role",
+    "updated_at",
+)
 #: SQLSTATE of a statement cancelled by ``statement_timeout`` (PostgreSQL).
 QUERY_CANCELED = "57014"
 
@@ -278,12 +292,12 @@ class SlotViewSet(
     @action(detail=True, methods=["get"], pagination_class=BySeq)
     def messages(self, request: Request, pk: str | None = None) -> Response:
         slot = self.get_readable_object(MESSAGE)
-        rows: Any = Message.objects.filter(slot_id=slot.pk)  # a queryset of another model
+        rows: Any = slot.messages.all()  # a queryset of another model, each row's slot loaded
         if words := query(serializers.MessageFilterSerializer, request).get("q"):
             rows = search.matching(rows, words)
         with searching(rows.db) if words else nullcontext():
             page = self.paginate_queryset(rows)
-        data = serializers.MessageSerializer(page, many=True, context={"slot": slot}).data
+        data = serializers.MessageSerializer(page, many=True).data
         return self.get_paginated_response(data)
 
     @extend_schema(
@@ -340,11 +354,12 @@ class SlotViewSet(
             [data["message"]] if single else data["messages"],
             check_role=single,
             max_history_size=data.get("max_history_size"),
+            read_view=False,  # the answer is the rows stored, not the conversation
         )
-        slot = fresh(result.slot)
+        slot = result.slot if result.compression is None else fresh(result.slot)
         body = {"slot": slot, "stored": result.rows, "skipped": result.skipped}
         code = status.HTTP_200_OK if result.skipped else status.HTTP_201_CREATED
-        data = serializers.PostResultSerializer(body, context={"slot": slot}).data
+        data = serializers.PostResultSerializer(body).data
         return Answer(code, data, slot=slot.pk)
 
     @extend_schema(
@@ -397,6 +412,83 @@ class SlotViewSet(
         access.check_may_delete(request.user, slot.user_id)
         forgetting.forget_slot(slot, actor=f"API user pk={request.user.pk}")
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
+    """``GET /sessions/``: a user's sessions, the most recently active first."""
+
+    pagination_class = ByActivity
+    serializer_class = serializers.SessionSerializer
+
+    @extend_schema(
+        summary="List sessions",
+        description="The requesting user's sessions, the most recently active first, each "
+        "with its agents' slots, message count and the start of its last message: a chat "
+        "sidebar. Staff with view_slot list every user's (?user_id= for one user's); the "
+        "last message needs view_message too.",
+        parameters=[serializers.UserQuerySerializer],
+        responses=responses({200: serializers.SessionSerializer(many=True)}, 400, 404),
+    )
+    def get(self, request: Request) -> Response:
+        slots = access.visible_slots(request.user, get_storage().namespace)
+        slots = slots.filter(**query(serializers.UserQuerySerializer, request))
+        grouped = slots.values("user_id", "session_id").order_by()
+        sessions: Any = grouped.annotate(last_activity=Max("updated_at"), total=Sum("last_seq"))
+        page: list[dict[str, Any]] = self.paginate_queryset(sessions) or []
+        root = request.build_absolute_uri(reverse("squad_memory_api:root"))
+        agents = self._agents(slots, page)
+        readable = access.message_reader(request.user)
+        data = [
+            self._session(
+                readable(row["user_id"]), root, row, agents[row["user_id"], row["session_id"]]
+            )
+            for row in page
+        ]
+        return self.get_paginated_response(serializers.SessionSerializer(data, many=True).data)
+
+    @staticmethod
+    def _agents(
+        slots: SlotQuerySet, page: list[dict[str, Any]]
+    ) -> dict[tuple[str, str], list[Slot]]:
+        """The slots of the page's sessions, newest first, each with its last message's text."""
+        agents: dict[tuple[str, str], list[Slot]] = defaultdict(list)
+        if not page:
+            return agents
+        keys = {(row["user_id"], row["session_id"]) for row in page}
+        last = Message.objects.filter(slot_id=OuterRef("pk"), seq=OuterRef("last_seq"))
+        found = (
+            slots.filter(user_id__in={u for u, _ in keys}, session_id__in={s for _, s in keys})
+            .only(*SESSION_SLOT_FIELDS)
+            .annotate(preview=Substr(Subquery(last.values("text")[:1]), 1, PREVIEW_CHARS))
+            .order_by("-updated_at", "-id")
+        )
+        for slot in found:  # a staff user's page may name the same session id of two users
+            if (slot.user_id, slot.session_id) in keys:
+                agents[slot.user_id, slot.session_id].append(slot)
+        return agents
+
+    @staticmethod
+    def _session(
+        readable: bool, root: str, row: dict[str, Any], agents: list[Slot]
+    ) -> dict[str, Any]:
+        newest = agents[0]
+        preview = newest.preview  # type: ignore[attr-defined]
+        last = {"agent_id": newest.agent_id, "role": newest.last_role, "preview": preview}
+        return {
+            **row,
+            "message_count": row["total"],
+            "agents": [
+                {
+                    "agent_id": slot.agent_id,
+                    "slot": slot.pk,
+                    "url": f"{root}slots/{slot.pk}/",
+                    "message_count": slot.last_seq,
+                }
+                for slot in agents
+            ],
+            "last_message": last if readable else None,
+            "history": f"{root}sessions/{quote(row['session_id'], safe='')}/history/",
+        }
 
 
 class SessionHistoryView(ApiMixin):
@@ -496,6 +588,7 @@ class RootView(ApiMixin):
         root = request.build_absolute_uri(reverse("squad_memory_api:root"))
         paths = {
             "slots": "slots/",
+            "sessions": "sessions/",
             "post messages": "slots/messages/",
             "search": "search/?q={words}",
             "session history": "sessions/{session_id}/history/",

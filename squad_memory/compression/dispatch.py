@@ -74,6 +74,7 @@ class Dispatcher:
     async def astart(self, claimed: Claim, trigger: str) -> Result:
         """:meth:`start` for an async caller, with no transaction open."""
         return await database(self.start, claimed, trigger)
+
     def waiting(self, tokens: Collection[str]) -> set[str]:
         """Of the claims ``tokens`` name, those whose compression still waits in the queue (the
         sweep renews their claims instead of enqueueing them twice); None known by default."""

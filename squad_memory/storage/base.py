@@ -107,12 +107,18 @@ class ChatStorageBase(ChatStorage):  # type: ignore[misc]
         *,
         check_role: bool,
         max_history_size: int | None = None,
+        read_view: bool = True,
     ) -> Saved:
         """Store messages as ``save_chat_message`` (``check_role=True``: one message, the role
-        rule) or ``save_chat_messages`` does, and say what was stored (the API's path)."""
+        rule) or ``save_chat_messages`` does, and say what was stored (the API's path);
+        ``read_view=False``: the save does not read the conversation for an answer."""
         key = validate_key(user_id, session_id, agent_id)
         return self.memory.save(
-            key, new_messages, check_role=check_role, max_history_size=max_history_size
+            key,
+            new_messages,
+            check_role=check_role,
+            max_history_size=max_history_size,
+            read_view=read_view,
         )
 
     def fetch_chat_sync(

@@ -177,10 +177,12 @@ class Memory:
         check_role: bool,
         max_history_size: int | None,
         compress: bool = True,
+        read_view: bool = True,
     ) -> Saved:
         """Store messages (``check_role``: the role rule of ``save_chat_message``), then
         start the compression they made due, if any (``compress=False``: outside a
-        transaction, leave it claimed in ``Saved.claimed``, for an async caller).
+        transaction, leave it claimed in ``Saved.claimed``, for an async caller;
+        ``read_view``: the save also reads the rows :meth:`answer` returns).
 
         Raises :class:`SummarizerError` after storing when that compression failed and
         the policy says ``on_error="raise"``.
@@ -197,7 +199,7 @@ class Memory:
                 check_role=check_role,
                 max_history_size=max_history_size,
                 rows_while_inactive=self.journal.rows_while_inactive,
-                view="visible" if self.policy is None else "buffer",
+                view=None if not read_view else "visible" if self.policy is None else "buffer",
                 newest=self._newest(),
             )
         saved = Saved(appended, inner=inner)
