@@ -14,12 +14,14 @@ import json
 import os
 import secrets
 import shlex
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sm_bench")
@@ -34,8 +36,12 @@ FULL: dict[str, Any] = {
     "block": 20,  # W1: turns of one system at one N before the next
     "cap_s": 10.0,  # W1: seconds of turns per system and N at most
     "slow_turns": 100,  # W2
-    "slow_sleep": 1.0,  # W2: the slow summarizer's sleep (s)
+    "slow_sleep": 1.0,  # W2, W4: the slow summarizer's sleep (s)
     "statements_n": 10_000,  # W3
+    "counts": [1, 10, 40],  # W4: conversations at once
+    "conv_turns": 25,  # W4: turns per conversation
+    "slow_conv_turns": 8,  # W4 with the slow summarizer (trigger_at 4, keep_last 1)
+    "delay_s": 0.001,  # W4: the proxy's delay each way
 }
 QUICK: dict[str, Any] = {
     **FULL,
@@ -47,8 +53,19 @@ QUICK: dict[str, Any] = {
         "slow_turns": 22,
         "slow_sleep": 0.05,
         "statements_n": 60,
+        "counts": [1, 4],
+        "conv_turns": 3,
+        "slow_conv_turns": 6,
     },
 }
+#: W4's runs: (label, mode, slow summarizer, through the proxy, Django's pool)
+CONCURRENCY = [
+    ("inline, database local", "inline", False, False, False),
+    ("inline, database 2 ms away", "inline", False, True, False),
+    ("inline, database 2 ms away, Django's pool", "inline", False, True, True),
+    ("inline, 1 s summarizer, database 2 ms away", "inline", True, True, False),
+    ("tasks, 1 s summarizer, database 2 ms away", "tasks", True, True, False),
+]
 
 
 class Run:
@@ -204,6 +221,52 @@ class Run:
             self.results["W2"].update(found["W2"])
             self.results["W3"][db] = found["W3"]
 
+    def concurrency(self) -> None:
+        """W4 on PostgreSQL, each run in a process of its own."""
+        if "postgresql" not in self.urls:
+            return self.skip("W4", "the concurrency workload runs on PostgreSQL")
+        parts = urlsplit(PG_URL)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        far = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}"))
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.proxy",
+            str(port),
+            parts.hostname or "127.0.0.1",
+            str(parts.port or 5432),
+            str(self.p["delay_s"]),
+        ]
+        worker = [sys.executable, "manage.py", "db_worker", "--no-reload", "--queue-name", "*"]
+        self.results["W4"] = {}
+        with self.process(cmd, PG_URL, "ready"):
+            for label, mode, slow, proxied, pool in CONCURRENCY:
+                spec = {
+                    "mode": mode,
+                    "slow": slow,
+                    "pool": pool,
+                    "turns": self.p["slow_conv_turns" if slow else "conv_turns"],
+                    "trigger": [4, 1] if slow else [20, 2],
+                }
+                with (
+                    self.process(worker, PG_URL, BENCH_APPLICATION_NAME="bench-worker")
+                    if mode == "tasks"
+                    else _nothing()
+                ):
+                    url = far if proxied else PG_URL
+                    self.results["W4"][label] = dict(
+                        spec,
+                        by_count=self.step(
+                            "concurrency",
+                            "postgresql",
+                            url=url,
+                            env={"BENCH_POOL": "1"} if pool else {},
+                            concurrency=spec,
+                        ),
+                    )
+
 
 @contextlib.contextmanager
 def _nothing() -> Iterator[None]:
@@ -223,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     run.results["load_average"] = os.getloadavg()
     run.prepare()
     run.turns()
+    run.concurrency()
     run.results.update(
         command=" ".join(["python -m bench", *map(shlex.quote, argv)]),
         elapsed_s=time.perf_counter() - started,

@@ -52,7 +52,13 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
             },
             "W3": await sync_to_async(workloads.statements)(run_id, p["statements_n"]),
         }
-    raise ValueError(f"unknown step kind {spec['kind']!r}")
+    c = spec["concurrency"]
+    return {
+        str(k): await workloads.conversations(
+            c["mode"], c["slow"], k, c["turns"], run_id, tuple(c["trigger"])
+        )
+        for k in p["counts"]
+    }
 
 
 def main() -> None:

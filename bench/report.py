@@ -74,6 +74,24 @@ def goals(r: dict[str, Any]) -> list[list[Any]]:
             got,
             None if got is None else got >= 3,
         )
+    w4 = r.get("W4", {})
+    far = w4.get("inline, database 2 ms away", {}).get("by_count", {})
+    counts = sorted(int(k) for k in far)
+    if len(counts) > 1:
+        got = ratio(far[str(counts[-1])]["messages_per_s"], far[str(counts[0])]["messages_per_s"])
+        add(
+            f"{counts[-1]} conversations get 3x the messages/s of one, database 2 ms away",
+            got,
+            None if got is None else got >= 3,
+        )
+    slow = w4.get("inline, 1 s summarizer, database 2 ms away", {}).get("by_count", {})
+    for k, got in slow.items():
+        p99 = got["fetch_during_summaries"].get("p99")
+        add(
+            f"{k} conversations, 1 s summarizer: the others' fetch_chat p99 under 250 ms",
+            p99,
+            None if p99 is None else p99 < 250,
+        )
     return rows
 
 
@@ -181,6 +199,54 @@ def w2_to_w3(r: dict[str, Any]) -> list[str]:
     return lines + table(["operation", *dbs], [[op, *(r["W3"][d][op] for d in dbs)] for op in ops])
 
 
+def w4(r: dict[str, Any]) -> list[str]:
+    p = r["params"]
+    lines = [
+        "## W4: many conversations in one event loop (PostgreSQL)",
+        "",
+        "Each conversation makes turns as agent-squad's orchestrator does (fetch_chat, save "
+        "the user message, save the answer) through the async API, all of them at once in "
+        f"one event loop: {p['conv_turns']} turns each (trigger_at 20, keep_last 2, "
+        f"summarizer sleeping 0 s), or with a sync summarizer sleeping {p['slow_sleep']} s "
+        f'{p["slow_conv_turns"]} turns each (trigger_at 4, keep_last 1). "2 ms away": '
+        f"through a TCP proxy the run starts on 127.0.0.1 that holds every packet "
+        f"{p['delay_s'] * 1000:g} ms each way. Tasks mode: a `manage.py db_worker` runs the "
+        'compressions. Latencies in ms; "others\' fetch p99": fetch_chat calls that overlap '
+        "a summary of another conversation (inline mode); connections: the most server "
+        "connections of the process seen in `pg_stat_activity` (sampled every 20 ms).",
+        "",
+    ]
+    rows = []
+    for label, run in r.get("W4", {}).items():
+        one = run["by_count"][str(p["counts"][0])]["messages_per_s"]
+        for k, got in run["by_count"].items():
+            rows.append(
+                [
+                    label,
+                    int(k),
+                    got["messages_per_s"],
+                    ratio(got["messages_per_s"], one),
+                    got["turn"]["p50"],
+                    got["turn"]["p99"],
+                    got["fetch"]["p99"],
+                    got["fetch_during_summaries"].get("p99"),
+                    got["connections"],
+                ]
+            )
+    head = [
+        "run",
+        "conversations",
+        "messages/s",
+        "x one",
+        "turn p50",
+        "turn p99",
+        "fetch p99",
+        "others' fetch p99",
+        "connections",
+    ]
+    return [*lines, *table(head, rows), "![W4](w4_concurrency.png)", ""]
+
+
 def page(r: dict[str, Any], out: Path) -> str:
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     quick = " (quick smoke run: sizes too small to judge)" if r["quick"] else ""
@@ -201,6 +267,8 @@ def page(r: dict[str, Any], out: Path) -> str:
     lines += ["## Goals", "", *table(["goal", "measured", "verdict"], goals(r))]
     if r.get("systems"):
         lines += w1(r) + w2_to_w3(r)
+    if r.get("W4"):
+        lines += w4(r)
     api = out / "api_cost.md"  # the API's cost against plain DRF views, where measured
     if api.exists():
         lines += ["## The API against plain DRF views", "", f"See [api_cost.md]({api.name}).", ""]
@@ -251,6 +319,22 @@ def plots(r: dict[str, Any], out: Path) -> None:
             title=f"W2: turns with a summarizer sleeping {r['params']['slow_sleep']} s",
         )
         _save(fig, ax, out / "w2_latency.png")
+    if r.get("W4"):
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for label, run in r["W4"].items():
+            counts = sorted(int(k) for k in run["by_count"])
+            ax.plot(
+                counts,
+                [run["by_count"][str(k)]["messages_per_s"] for k in counts],
+                marker="o",
+                label=label,
+            )
+        ax.set(
+            xlabel="conversations in one event loop",
+            ylabel="messages stored per second",
+            title="W4: conversations at once (PostgreSQL)",
+        )
+        _save(fig, ax, out / "w4_concurrency.png")
 
 
 def _save(fig: Any, ax: Any, path: Path) -> None:

@@ -3,6 +3,8 @@ on, Django keeps every query in memory)."""
 
 from __future__ import annotations
 
+import os
+
 from project.settings import *  # noqa: F403
 
 DEBUG = False
@@ -12,3 +14,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"squad_memory": {"handlers": ["console"], "level": "WARNING"}},
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
+    OPTIONS = DATABASES["default"].setdefault("OPTIONS", {})  # noqa: F405
+    # The name the concurrency workload counts this process's server connections by.
+    OPTIONS["application_name"] = os.environ.get("BENCH_APPLICATION_NAME", "squad-memory-bench")
+    if os.environ.get("BENCH_POOL") == "1":  # Django's connection pool (psycopg_pool)
+        OPTIONS["pool"] = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,11 @@ def compress(history: list[Any], keep_last: int) -> list[Any]:
     return [ConversationMessage(role="user", content=[{"text": text}]), *history[cut:]]
 
 
+#: (start, end, first message's text) of every slow summary run in this process
+SUMMARIES: list[tuple[float, float, str]] = []
+_LOCK = threading.Lock()
+
+
 def summarize(history: list[Any], keep_last: int) -> list[Any]:
     """Sleep ``BENCH_SUMMARIZER_SLEEP`` seconds (0 by default), then :func:`compress`."""
     time.sleep(float(os.environ.get("BENCH_SUMMARIZER_SLEEP", "0")))
@@ -62,8 +68,12 @@ def summarize(history: list[Any], keep_last: int) -> list[Any]:
 
 
 def summarize_slow(history: list[Any], keep_last: int) -> list[Any]:
-    """A sync LLM call: sleep ``BENCH_SLOW_SLEEP`` seconds (1 by default), then compress."""
+    """A sync LLM call: sleep ``BENCH_SLOW_SLEEP`` seconds (1 by default), recorded in
+    :data:`SUMMARIES` for the concurrency workload."""
+    started = time.perf_counter()
     time.sleep(float(os.environ.get("BENCH_SLOW_SLEEP", "1")))
+    with _LOCK:
+        SUMMARIES.append((started, time.perf_counter(), str(history[-1].content)))
     return compress(history, keep_last)
 
 

@@ -1,10 +1,12 @@
 """The workloads: a turn as the history grows (W1), the turn with a slow summarizer (W2),
-and statements per operation (W3)."""
+statements per operation (W3), and many conversations in one event loop (W4)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -138,3 +140,85 @@ def statements(run: str, n: int) -> dict[str, int]:
         k += 1
     found["save_chat_message crossing the threshold (inline compression)"] = worst
     return found
+
+
+# -- W4: many conversations in one event loop ----------------------------------------------
+class Connections(threading.Thread):
+    """Samples, every 20 ms, the server connections of this process's application name
+    (``pg_stat_activity``) from a connection of its own; :attr:`peak` is the most seen."""
+
+    def __init__(self, application_name: str) -> None:
+        super().__init__(daemon=True)
+        self.name_, self.peak, self.stop = application_name, 0, threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        s = connection.settings_dict
+        with psycopg.connect(
+            dbname=s["NAME"],
+            user=s["USER"] or None,
+            host=s["HOST"] or None,
+            port=s["PORT"] or None,
+            autocommit=True,
+        ) as conn:
+            while not self.stop.wait(0.02):
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND application_name = %s",
+                    [self.name_],
+                ).fetchone()
+                self.peak = max(self.peak, row[0] if row else 0)
+
+
+async def conversations(
+    mode: str, slow: bool, count_: int, turns: int, run: str, trigger: tuple[int, int]
+) -> dict[str, Any]:
+    """W4: ``count_`` conversations at once in this event loop, each ``turns`` turns as
+    agent-squad's orchestrator makes them: fetch_chat, save the user message, save the
+    answer. Messages stored per second, the turn's latency, fetch_chat's, and fetch_chat's
+    while a slow summary of another conversation runs in this process (each message names
+    its conversation, and so does the last message a summary reads)."""
+    summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
+    storage = SummarizingChatStorage(DjangoChatStorage(), summarizer, *trigger, mode=mode)
+    turn_s: list[float] = []
+    fetches: list[tuple[str, float, float]] = []
+
+    async def conversation(c: int) -> None:
+        slot, tag = (run, f"{mode}-{slow}-{count_}-{c}", "agent"), f"conversation {c}:"
+        for i in range(turns):
+            t0 = time.perf_counter()
+            await storage.fetch_chat(*slot)
+            fetches.append((tag, t0, time.perf_counter()))
+            for k in (2 * i, 2 * i + 1):  # each message names its conversation
+                said = [{"text": f"{tag} {systems.text_of(k)}"}]
+                await storage.save_chat_message(*slot, systems.message(k, said))
+            turn_s.append(time.perf_counter() - t0)
+
+    sampler = None
+    if connection.vendor == "postgresql":
+        sampler = Connections(connection.settings_dict["OPTIONS"]["application_name"])
+        sampler.start()
+    systems.SUMMARIES.clear()
+    started = time.perf_counter()
+    await asyncio.gather(*(conversation(c) for c in range(count_)))
+    wall = time.perf_counter() - started
+    if sampler is not None:
+        sampler.stop.set()
+        sampler.join()
+    during = [  # a summary's last message names its conversation
+        f1 - f0
+        for tag, f0, f1 in fetches
+        if any(f0 < s1 and s0 < f1 and tag not in text for s0, s1, text in systems.SUMMARIES)
+    ]
+    return {
+        "conversations": count_,
+        "turns": turns,
+        "wall_s": wall,
+        "messages_per_s": 2 * len(turn_s) / wall,
+        "turn": stats(turn_s),
+        "fetch": stats([f1 - f0 for _, f0, f1 in fetches]),
+        "fetch_during_summaries": stats(during),
+        "summaries": len(systems.SUMMARIES),
+        "connections": sampler.peak if sampler else None,
+    }

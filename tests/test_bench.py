@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import extra, require
 
 extra("celery", "celery")  # the benchmark runs the Celery system too
+extra("psycopg_pool", "postgres")  # and Django's PostgreSQL pool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,11 +82,28 @@ def test_every_system_has_a_turn_at_every_size(quick_run: dict[str, Any]) -> Non
         assert all(isinstance(c, int) and c >= 1 for c in counts.values()), db
 
 
+def test_the_concurrency_runs_report_throughput_latency_and_connections(
+    quick_run: dict[str, Any],
+) -> None:
+    from bench.__main__ import CONCURRENCY, QUICK
+
+    assert list(quick_run["W4"]) == [label for label, *_ in CONCURRENCY]
+    for label, run in quick_run["W4"].items():
+        assert set(run["by_count"]) == {str(k) for k in QUICK["counts"]}, label
+        for k, got in run["by_count"].items():
+            assert got["turn"]["n"] == int(k) * run["turns"], (label, k)
+            assert got["messages_per_s"] > 0 and got["connections"] >= 1, (label, k)
+    slow = quick_run["W4"]["inline, 1 s summarizer, database 2 ms away"]["by_count"]
+    assert all(got["summaries"] >= int(k) for k, got in slow.items())  # one per conversation
+    assert slow[str(QUICK["counts"][-1])]["fetch_during_summaries"]["n"] >= 1
+    assert slow[str(QUICK["counts"][0])]["fetch_during_summaries"]["n"] == 0  # no other one
+
+
 def test_the_results_page_and_plots_are_written(quick_run: dict[str, Any]) -> None:
     out: Path = quick_run["_out"]
     page = (out / "README.md").read_text()
-    for heading in ("## Goals", "## W1", "### Ratios per turn", "## W2", "## W3"):
+    for heading in ("## Goals", "## W1", "### Ratios per turn", "## W2", "## W3", "## W4"):
         assert heading in page, heading
     assert "python -m bench --quick" in page and "Django's floor (postgresql)" in page
-    for plot in ("w1_turn.png", "w2_latency.png"):
+    for plot in ("w1_turn.png", "w2_latency.png", "w4_concurrency.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
