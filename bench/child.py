@@ -30,6 +30,7 @@ def contenders(spec: dict[str, Any], slow: bool = False) -> dict[str, Any]:
         found["as-inmemory"] = s.AgentSquadInMemory(slow)
     if not slow:
         found[f"floor-django-{db}"] = s.DjangoFloor()
+        found[f"floor-contract-{db}"] = s.ContractFloor()
         if db == "sqlite":
             found["as-libsql"] = s.AgentSquadLibsql(work / "libsql.db")
             found["langchain"] = s.LangChain(work / "langchain.db")

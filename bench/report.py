@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-FLOORS = {"floor-django": "Django's floor"}
+FLOORS = {"floor-django": "Django's floor", "floor-contract": "contract floor"}
 RIVALS = {
     "as-inmemory": "agent-squad InMemory",
     "as-libsql": "agent-squad libsql",
@@ -53,11 +53,11 @@ def goals(r: dict[str, Any]) -> list[list[Any]]:
     def add(goal: str, measured: float | None, met: bool | None) -> None:
         rows.append([goal, measured, "-" if met is None else ("met" if met else "**not met**")])
 
-    for db, limit in (("sqlite", 1.5), ("postgresql", 1.3)):
+    for db, limit in (("sqlite", 1.3), ("postgresql", 1.3)):
         for n in (sizes[0], sizes[-1]):
-            got = ratio(turn(r, f"sm-inline-{db}", n), turn(r, f"floor-django-{db}", n))
+            got = ratio(turn(r, f"sm-inline-{db}", n), turn(r, f"floor-contract-{db}", n))
             add(
-                f"turn within {limit}x Django's floor ({db}), N={n:,}",
+                f"turn within {limit}x the contract floor ({db}), N={n:,}",
                 got,
                 None if got is None else got <= limit,
             )
@@ -141,7 +141,7 @@ def w1(r: dict[str, Any]) -> list[str]:
         db = sid.rsplit("-", 1)[-1]
         for floor, name in FLOORS.items():
             if (
-                sid.startswith("sm-")
+                sid.startswith(("sm-", "floor-contract"))
                 and sid != f"{floor}-{db}"
                 and (f"{floor}-{db}" in r["systems"])
             ):
@@ -280,7 +280,10 @@ def page(r: dict[str, Any], out: Path) -> str:
         "message, after a sleep standing for the LLM call.",
         "- **Django's floor**: the same rows as bare statements through Django's connection, "
         "one `sync_to_async` hop per call: a save is one INSERT, a fetch one SELECT of the "
-        "newest 40 rows.",
+        "newest 40 rows. **The contract floor** adds what agent-squad's contract and several "
+        "writer processes need, the plainest way: a save bumps the slot's counter (skipping a "
+        "message of the last one's role), inserts at that sequence number and returns the "
+        "conversation read in the same transaction (on PostgreSQL, one statement).",
         "- W1 runs every system of a database in one process, in blocks of "
         f"{r['params']['block']} turns taken in turn, so a ratio compares medians taken in "
         f"the same minutes; a system's turns at one N stop after {r['params']['cap_s']:g} s "

@@ -19,7 +19,7 @@ from agent_squad.storage import InMemoryChatStorage, SqlChatStorage
 from agent_squad.storage import SummarizingChatStorage as SquadSummarizing
 from agent_squad.types import ConversationMessage, TimestampedMessage
 from asgiref.sync import sync_to_async
-from django.db import connection
+from django.db import connection, transaction
 
 from squad_memory.models import Message, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
@@ -245,6 +245,51 @@ class DjangoFloor(System):
 
     async def fetch(self, slot: SlotId) -> Any:
         return await sync_to_async(self.rows)(self.read, [self.slots[slot][0]])
+
+
+class ContractFloor(DjangoFloor):
+    """The contract floor: Django's floor plus what agent-squad's contract and several
+    writer processes need, the plainest way. A save bumps the slot's counter (skipping a
+    message of the last one's role), inserts at that sequence number and returns the
+    conversation read in the same transaction; on PostgreSQL one statement. One
+    ``sync_to_async`` hop per call."""
+
+    kind = "contract floor"
+
+    def __init__(self) -> None:
+        super().__init__()
+        s, q = Slot._meta, connection.ops.quote_name
+        seq, role = q(s.get_field("last_seq").column), q(s.get_field("last_role").column)
+        self.bump = (
+            f"UPDATE {self.slot_table} SET {seq} = {seq} + 1, {role} = %s "
+            f"WHERE id = %s AND {role} <> %s RETURNING {seq}"
+        )
+        marks = ", ".join([self.marks[0], seq, *self.marks[2:]])
+        self.one_statement = (  # PostgreSQL: bump, insert and read in one statement
+            f"WITH bumped AS ({self.bump}), added AS (INSERT INTO {self.messages} "
+            f"({self.columns}) SELECT {marks} FROM bumped RETURNING seq, role, "
+            f"content, citations, {q('timestamp')}) SELECT role, content, citations, "
+            f"{q('timestamp')} FROM (SELECT * FROM added UNION ALL (SELECT seq, role, content, "
+            f"citations, {q('timestamp')} FROM {self.messages} WHERE slot_id = %s "
+            f"ORDER BY seq DESC LIMIT {WINDOW})) AS recent ORDER BY seq DESC LIMIT {WINDOW}"
+        )
+
+    def append(self, slot: SlotId, k: int) -> list[dict[str, Any]]:
+        row_id = self.slots[slot][0]
+        values = self.values(row_id, 0, k)
+        role = values[2]
+        if connection.vendor == "postgresql":
+            return self.rows(self.one_statement, [role, row_id, role, row_id, *values[2:], row_id])
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(self.bump, [role, row_id, role])
+            bumped = cursor.fetchone()
+            if bumped is not None:
+                values[1] = bumped[0]
+                cursor.execute(self.insert_sql, values)
+            return self.rows(self.read, [row_id])
+
+    async def save(self, slot: SlotId, k: int) -> Any:
+        return await sync_to_async(self.append)(slot, k)
 
 
 def _json(value: Any) -> Any:

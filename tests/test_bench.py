@@ -53,6 +53,8 @@ SYSTEMS = {
     "sm-celery-postgresql",
     "floor-django-sqlite",
     "floor-django-postgresql",
+    "floor-contract-sqlite",
+    "floor-contract-postgresql",
     "as-inmemory",
     "as-libsql",
     "langchain",
@@ -104,6 +106,6 @@ def test_the_results_page_and_plots_are_written(quick_run: dict[str, Any]) -> No
     page = (out / "README.md").read_text()
     for heading in ("## Goals", "## W1", "### Ratios per turn", "## W2", "## W3", "## W4"):
         assert heading in page, heading
-    assert "python -m bench --quick" in page and "Django's floor (postgresql)" in page
+    assert "python -m bench --quick" in page and "contract floor (postgresql)" in page
     for plot in ("w1_turn.png", "w2_latency.png", "w4_concurrency.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
