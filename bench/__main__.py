@@ -34,7 +34,7 @@ FULL: dict[str, Any] = {
     "sizes": [100, 1_000, 10_000],  # W1: stored history N
     "turns": 200,  # W1: timed turns per system and N
     "block": 20,  # W1: turns of one system at one N before the next
-    "cap_s": 10.0,  # W1: seconds of turns per system and N at most
+    "cap_s": 5.0,  # W1: seconds of turns per system and N at most
     "slow_turns": 100,  # W2
     "slow_sleep": 1.0,  # W2, W4: the slow summarizer's sleep (s)
     "statements_n": 10_000,  # W3

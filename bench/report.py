@@ -85,7 +85,7 @@ def goals(r: dict[str, Any]) -> list[list[Any]]:
             None if got is None else got >= 3,
         )
     slow = w4.get("inline, 1 s summarizer, database 2 ms away", {}).get("by_count", {})
-    for k, got in slow.items():
+    for k, got in list(slow.items())[1:]:  # one conversation has no others
         p99 = got["fetch_during_summaries"].get("p99")
         add(
             f"{k} conversations, 1 s summarizer: the others' fetch_chat p99 under 250 ms",
