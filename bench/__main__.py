@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import secrets
@@ -18,7 +19,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -73,7 +75,7 @@ class Run:
 
     def __init__(self, quick: bool, work: Path) -> None:
         self.p, self.quick, self.work = QUICK if quick else FULL, quick, work
-        self.id = f"r{int(time.time())}"
+        self.id, self.steps = f"r{int(time.time())}", itertools.count()
         self.urls = {"sqlite": f"sqlite:///{work / 'bench.sqlite3'}"}
         self.results: dict[str, Any] = {"params": self.p, "quick": quick, "skipped": []}
 
@@ -140,7 +142,7 @@ class Run:
         **spec: Any,
     ) -> Any:
         """Run one step in a fresh process; its JSON result."""
-        tag = f"{kind}-{db}-{len(list(self.work.glob('*.spec.json')))}"
+        tag = f"{kind}-{db}-{next(self.steps)}"
         spec.update(
             kind=kind,
             work=str(self.work),
@@ -155,7 +157,9 @@ class Run:
         proc = subprocess.run(
             [sys.executable, "-m", "bench.child", str(path)],
             cwd=ROOT,
-            env=self.env(url or self.urls[db], **(env or {})),
+            env=self.env(
+                url or self.urls[db], BENCH_APPLICATION_NAME=f"bench-{tag}", **(env or {})
+            ),
             capture_output=True,
             text=True,
         )
@@ -211,12 +215,23 @@ class Run:
         ]
         return self.process(cmd, PG_URL, "ready.")
 
+    def each(self, work: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``work`` of each item, one after the other; all at once in a quick run (whose
+        figures are not to be judged), so that it takes seconds."""
+        if not self.quick:
+            return [work(item) for item in items]
+        with ThreadPoolExecutor(len(items)) as pool:
+            return list(pool.map(work, items))
+
     def turns(self) -> None:
         """W1, W2, W3 on each database."""
         self.results["systems"], self.results["W2"], self.results["W3"] = {}, {}, {}
-        for db in self.urls:
+
+        def one(db: str) -> tuple[str, Any]:
             with self.celery_worker() if db == "postgresql" and self.celery else _nothing():
-                found = self.step("turns", db)
+                return db, self.step("turns", db)
+
+        for db, found in self.each(one, list(self.urls)):
             self.results["systems"].update(found["systems"])
             self.results["W2"].update(found["W2"])
             self.results["W3"][db] = found["W3"]
@@ -240,32 +255,35 @@ class Run:
             str(self.p["delay_s"]),
         ]
         worker = [sys.executable, "manage.py", "db_worker", "--no-reload", "--queue-name", "*"]
-        self.results["W4"] = {}
+
+        def one(run: tuple[str, str, bool, bool, bool]) -> tuple[str, Any]:
+            label, mode, slow, proxied, pool = run
+            spec = {
+                "mode": mode,
+                "slow": slow,
+                "pool": pool,
+                "turns": self.p["slow_conv_turns" if slow else "conv_turns"],
+                "trigger": [4, 1] if slow else [20, 2],
+            }
+            tasks = mode == "tasks"
+            with (
+                self.process(worker, PG_URL, BENCH_APPLICATION_NAME="bench-worker")
+                if tasks
+                else (_nothing())
+            ):
+                return label, dict(
+                    spec,
+                    by_count=self.step(
+                        "concurrency",
+                        "postgresql",
+                        url=far if proxied else PG_URL,
+                        env={"BENCH_POOL": "1"} if pool else {},
+                        concurrency=spec,
+                    ),
+                )
+
         with self.process(cmd, PG_URL, "ready"):
-            for label, mode, slow, proxied, pool in CONCURRENCY:
-                spec = {
-                    "mode": mode,
-                    "slow": slow,
-                    "pool": pool,
-                    "turns": self.p["slow_conv_turns" if slow else "conv_turns"],
-                    "trigger": [4, 1] if slow else [20, 2],
-                }
-                with (
-                    self.process(worker, PG_URL, BENCH_APPLICATION_NAME="bench-worker")
-                    if mode == "tasks"
-                    else _nothing()
-                ):
-                    url = far if proxied else PG_URL
-                    self.results["W4"][label] = dict(
-                        spec,
-                        by_count=self.step(
-                            "concurrency",
-                            "postgresql",
-                            url=url,
-                            env={"BENCH_POOL": "1"} if pool else {},
-                            concurrency=spec,
-                        ),
-                    )
+            self.results["W4"] = dict(self.each(one, CONCURRENCY))
 
 
 @contextlib.contextmanager
