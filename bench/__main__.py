@@ -1,113 +1,321 @@
-"""``python -m bench [--quick] [--only W1,W3] [--out DIR]``: run the benchmarks, write the results.
+"""``python -m bench [--quick] [--out DIR]``: run the benchmarks, write the results page.
 
-A full run writes ``bench/results/`` (README.md, results.json, PNG plots); a quick
-run writes to ``bench/.work/quick`` unless ``--out`` says otherwise.
-``python -m bench --turn-profile [--cprofile] [--quick]`` prints where one turn's time goes
-(:mod:`bench.turn_profile`) and writes nothing.
+A full run writes ``bench/results/`` (README.md, results.json, PNG plots); a quick run
+writes to ``bench/.work/quick``. Each step runs in a fresh process on one database
+(:mod:`bench.child`): SQLite in ``bench/.work/`` and the PostgreSQL database of
+``BENCH_DATABASE_URL``; Celery mode uses the Redis of ``BENCH_BROKER_URL``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import os
+import secrets
 import shlex
+import socket
+import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from bench import machine, ratios
-from bench.config import FULL, QUICK, WORKLOADS
-from bench.runner import Runner
+ROOT = Path(__file__).resolve().parent.parent
+PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sm_bench")
+REDIS_URL = (
+    os.environ.get("BENCH_BROKER_URL")
+    or os.environ.get("TEST_REDIS_URL")
+    or "redis://127.0.0.1:6379/2"
+)
+FULL: dict[str, Any] = {
+    "sizes": [100, 1_000, 10_000],  # W1: stored history N
+    "turns": 200,  # W1: timed turns per system and N
+    "block": 20,  # W1: turns of one system at one N before the next
+    "cap_s": 5.0,  # W1: seconds of turns per system and N at most
+    "slow_turns": 100,  # W2
+    "slow_sleep": 1.0,  # W2, W4: the slow summarizer's sleep (s)
+    "statements_n": 10_000,  # W3
+    "counts": [1, 10, 40],  # W4: conversations at once
+    "conv_turns": 25,  # W4: turns per conversation
+    "slow_conv_turns": 8,  # W4 with the slow summarizer (trigger_at 4, keep_last 1)
+    "delay_s": 0.001,  # W4: the proxy's delay each way
+}
+QUICK: dict[str, Any] = {
+    **FULL,
+    **{
+        "sizes": [100, 300],
+        "turns": 4,
+        "block": 2,
+        "cap_s": 2.0,
+        "slow_turns": 22,
+        "slow_sleep": 0.05,
+        "statements_n": 60,
+        "counts": [1, 4],
+        "conv_turns": 3,
+        "slow_conv_turns": 6,
+    },
+}
+#: W4's runs: (label, mode, slow summarizer, through the proxy, Django's pool)
+CONCURRENCY = [
+    ("inline, database local", "inline", False, False, False),
+    ("inline, database 2 ms away", "inline", False, True, False),
+    ("inline, database 2 ms away, Django's pool", "inline", False, True, True),
+    ("inline, 1 s summarizer, database 2 ms away", "inline", True, True, False),
+    ("tasks, 1 s summarizer, database 2 ms away", "tasks", True, True, False),
+]
 
-HERE = Path(__file__).resolve().parent
+
+class Run:
+    """The run's sizes, its databases and the results so far."""
+
+    def __init__(self, quick: bool, work: Path) -> None:
+        self.p, self.quick, self.work = QUICK if quick else FULL, quick, work
+        self.id, self.steps = f"r{int(time.time())}", itertools.count()
+        self.urls = {"sqlite": f"sqlite:///{work / 'bench.sqlite3'}"}
+        self.results: dict[str, Any] = {"params": self.p, "quick": quick, "skipped": []}
+
+    def env(self, url: str, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            DJANGO_SETTINGS_MODULE="bench.settings",
+            DATABASE_URL=url,
+            DJANGO_DEBUG="0",
+            DJANGO_SECRET_KEY=os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
+            DJANGO_SECURE_SSL_REDIRECT="0",
+            SQUAD_MEMORY_VAR_DIR=str(self.work),
+            CELERY_BROKER_URL=REDIS_URL,
+            BENCH_SUMMARIZER_SLEEP="0",
+            DATABASE_PREPARED="1",
+            BENCH_SLOW_SLEEP=str(self.p["slow_sleep"]),
+            PYTHONWARNINGS="ignore",
+        )
+        return env | extra
+
+    def skip(self, what: str, reason: str) -> None:
+        self.results["skipped"].append({"what": what, "reason": reason})
+        print(f"  skipped {what}: {reason}", flush=True)
+
+    def prepare(self) -> None:
+        """A fresh SQLite file; the PostgreSQL database created or emptied; migrations."""
+        self.work.mkdir(parents=True, exist_ok=True)
+        (self.work / "bench.sqlite3").unlink(missing_ok=True)
+        import psycopg
+
+        base, _, name = PG_URL.rpartition("/")
+        try:
+            with psycopg.connect(f"{base}/postgres", autocommit=True, connect_timeout=3) as c:
+                if not c.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+                    c.execute(f'CREATE DATABASE "{name}"')
+            self.urls["postgresql"] = PG_URL
+        except psycopg.Error as exc:
+            self.skip("postgresql", f"PostgreSQL at {base} is not reachable: {exc}")
+        cmd = [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"]
+        migrating = [subprocess.Popen(cmd, cwd=ROOT, env=self.env(u)) for u in self.urls.values()]
+        if any(proc.wait() for proc in migrating):
+            raise RuntimeError("migrate failed on a benchmark database; see above")
+        if "postgresql" in self.urls:
+            with psycopg.connect(PG_URL.replace("postgres://", "postgresql://", 1)) as c:
+                c.execute(
+                    "TRUNCATE squad_memory_message, squad_memory_compression, "
+                    "squad_memory_slot RESTART IDENTITY CASCADE"
+                )
+        import redis
+
+        try:
+            redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+            self.celery = "postgresql" in self.urls
+        except redis.RedisError as exc:
+            self.celery = False
+            self.skip("celery", f"Redis at {REDIS_URL} is not reachable: {exc}")
+
+    def step(
+        self,
+        kind: str,
+        db: str,
+        url: str | None = None,
+        env: dict[str, str] | None = None,
+        **spec: Any,
+    ) -> Any:
+        """Run one step in a fresh process; its JSON result."""
+        tag = f"{kind}-{db}-{next(self.steps)}"
+        spec.update(
+            kind=kind,
+            work=str(self.work),
+            params=self.p,
+            celery=self.celery,
+            run=f"{self.id}-{tag}",
+            out=str(self.work / f"{tag}.out.json"),
+        )
+        path = self.work / f"{tag}.spec.json"
+        path.write_text(json.dumps(spec))
+        started = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.child", str(path)],
+            cwd=ROOT,
+            env=self.env(
+                url or self.urls[db], BENCH_APPLICATION_NAME=f"bench-{tag}", **(env or {})
+            ),
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"benchmark step {tag} failed:\n{proc.stderr[-4000:]}")
+        print(f"  {tag}: {time.perf_counter() - started:.1f} s", flush=True)
+        return json.loads(Path(spec["out"]).read_text())
+
+    @contextlib.contextmanager
+    def process(
+        self, cmd: list[str], url: str, ready: str | None = None, **env: str
+    ) -> Iterator[subprocess.Popen[str]]:
+        """A helper process for the duration of a block (stdin closed at its end)."""
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=self.env(url, **env),
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while ready and proc.stdout and ready not in proc.stdout.readline():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{cmd[2:5]} did not start")
+            yield proc
+        finally:
+            if proc.stdin:
+                proc.stdin.close()
+            proc.terminate()
+            proc.wait(30)
+
+    def celery_worker(self) -> contextlib.AbstractContextManager[Any]:
+        import redis
+
+        redis.Redis.from_url(REDIS_URL).flushdb()  # the benchmark's own database only
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "project",
+            "worker",
+            "-l",
+            "info",
+            "-c",
+            "1",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
+        return self.process(cmd, PG_URL, "ready.")
+
+    def each(self, work: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``work`` of each item, one after the other; all at once in a quick run (whose
+        figures are not to be judged), so that it takes seconds."""
+        if not self.quick:
+            return [work(item) for item in items]
+        with ThreadPoolExecutor(len(items)) as pool:
+            return list(pool.map(work, items))
+
+    def turns(self) -> None:
+        """W1, W2, W3 on each database."""
+        self.results["systems"], self.results["W2"], self.results["W3"] = {}, {}, {}
+
+        def one(db: str) -> tuple[str, Any]:
+            with self.celery_worker() if db == "postgresql" and self.celery else _nothing():
+                return db, self.step("turns", db)
+
+        for db, found in self.each(one, list(self.urls)):
+            self.results["systems"].update(found["systems"])
+            self.results["W2"].update(found["W2"])
+            self.results["W3"][db] = found["W3"]
+
+    def concurrency(self) -> None:
+        """W4 on PostgreSQL, each run in a process of its own."""
+        if "postgresql" not in self.urls:
+            return self.skip("W4", "the concurrency workload runs on PostgreSQL")
+        parts = urlsplit(PG_URL)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        far = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}"))
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.proxy",
+            str(port),
+            parts.hostname or "127.0.0.1",
+            str(parts.port or 5432),
+            str(self.p["delay_s"]),
+        ]
+        worker = [sys.executable, "manage.py", "db_worker", "--no-reload", "--queue-name", "*"]
+
+        def one(run: tuple[str, str, bool, bool, bool]) -> tuple[str, Any]:
+            label, mode, slow, proxied, pool = run
+            spec = {
+                "mode": mode,
+                "slow": slow,
+                "pool": pool,
+                "turns": self.p["slow_conv_turns" if slow else "conv_turns"],
+                "trigger": [4, 1] if slow else [20, 2],
+            }
+            tasks = mode == "tasks"
+            with (
+                self.process(worker, PG_URL, BENCH_APPLICATION_NAME="bench-worker")
+                if tasks
+                else (_nothing())
+            ):
+                return label, dict(
+                    spec,
+                    by_count=self.step(
+                        "concurrency",
+                        "postgresql",
+                        url=far if proxied else PG_URL,
+                        env={"BENCH_POOL": "1"} if pool else {},
+                        concurrency=spec,
+                    ),
+                )
+
+        with self.process(cmd, PG_URL, "ready"):
+            self.results["W4"] = dict(self.each(one, CONCURRENCY))
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run (~1 min)")
-    parser.add_argument("--only", default=",".join(WORKLOADS), help="workloads, e.g. W1,W3")
-    parser.add_argument("--out", type=Path, help="results directory")
-    parser.add_argument("--work", type=Path, default=HERE / ".work", help="scratch directory")
-    parser.add_argument(
-        "--turn-profile",
-        action="store_true",
-        help="only print the median ms of each step of a turn, squad_memory beside "
-        "Django's floor in lockstep (under a minute)",
-    )
-    parser.add_argument(
-        "--cprofile", action="store_true", help="with --turn-profile: add a cProfile of a turn"
-    )
-    args = parser.parse_args(argv)
-    args.workloads = {w.strip().upper() for w in args.only.split(",") if w.strip()}
-    unknown = args.workloads - set(WORKLOADS)
-    if unknown:
-        parser.error(f"unknown workloads {sorted(unknown)}; choose among {', '.join(WORKLOADS)}")
-    if args.out is None:
-        args.out = args.work / "quick" if args.quick else HERE / "results"
-    return args
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
-    if args.turn_profile:
-        return turn_profile(args)
-    runner = Runner(QUICK if args.quick else FULL, args.workloads, args.work.resolve(), args.quick)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument("--out", type=Path, help="results directory")
+    parser.add_argument("--work", type=Path, default=ROOT / "bench" / ".work")
+    args = parser.parse_args(argv)
+    out = args.out or (args.work / "quick" if args.quick else ROOT / "bench" / "results")
     started = time.perf_counter()
-    print("Preparing databases and services", flush=True)
-    runner.prepare()
-    runner.results["machine"] = machine.describe(runner.databases.get("postgresql"))
-    runner.results["params"] = runner.params
-    if args.workloads & {"W1", "W2", "W3"}:
-        runner.systems()
-        ratios.show(runner.results)
-    if "W4" in args.workloads:
-        runner.queries()
-    if "W5" in args.workloads:
-        runner.throughput()
-    if "W6" in args.workloads:
-        runner.memory()
-    runner.results.update(
-        command=" ".join(
-            ["python -m bench", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]
-        ),
-        quick=args.quick,
-        workloads=sorted(args.workloads),
-        params=runner.params,
+    run = Run(args.quick, args.work.resolve())
+    run.results["load_average"] = os.getloadavg()
+    run.prepare()
+    run.turns()
+    run.concurrency()
+    run.results.update(
+        command=" ".join(["python -m bench", *map(shlex.quote, argv)]),
         elapsed_s=time.perf_counter() - started,
         load_average_end=os.getloadavg(),
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(runner.results, indent=1))
-    from bench import report, targets
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(run.results, indent=1))
+    from bench import report
 
-    report.write(runner.results, args.out)
-    for row in targets.evaluate(runner.results):
-        verdict = "-" if row["met"] is None else ("met" if row["met"] else "MISSED")
-        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
-        print(f"  {verdict:<6} {ratio:>7}  {row['target']} [{row['subject']}]", flush=True)
-    print(f"Done in {runner.results['elapsed_s']:.0f} s; results in {args.out}", flush=True)
-    return 0
-
-
-def turn_profile(args: argparse.Namespace) -> int:
-    """``--turn-profile``: the step table (and with ``--cprofile``, the profiles)."""
-    from bench import turn_profile as tp
-
-    started = time.perf_counter()
-    params = tp.QUICK if args.quick else tp.PARAMS
-    runner = Runner(params, {"W1"}, (args.work / "profile").resolve(), quick=True)
-    runner.prepare()
-    print("\n".join(tp.lines(tp.run(runner))), flush=True)
-    for database in runner.databases:
-        found = runner.step({"kind": "caches", "system": "sm"}, database)
-        print("\n".join(tp.cache_lines(database, found)), flush=True)
-    if args.cprofile:
-        for database in runner.databases:
-            found = runner.step({"kind": "cprofile", "system": "sm"}, database)
-            print("\n".join(tp.profile_lines(database, found)), flush=True)
-    print(f"Done in {time.perf_counter() - started:.0f} s", flush=True)
+    report.write(run.results, out)
+    print(f"Done in {run.results['elapsed_s']:.0f} s; results in {out}", flush=True)
     return 0
 
 

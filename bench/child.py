@@ -1,8 +1,7 @@
 """One benchmark step in a fresh process: ``python -m bench.child SPEC.json``.
 
-The parent (:mod:`bench.__main__`) sets ``DATABASE_URL`` and the summarizer sleeps
-in the environment, so every step starts from a clean process on one database.
-The step writes its result as JSON to ``spec["out"]``.
+The parent (:mod:`bench.__main__`) sets ``DATABASE_URL`` and the summarizer's sleeps in
+the environment; the step writes its result as JSON to ``spec["out"]``.
 """
 
 from __future__ import annotations
@@ -16,93 +15,57 @@ from typing import Any
 import django
 
 
-def make_system(name: str, spec: dict[str, Any], slow: bool = False) -> Any:
-    from bench import floor, rivals, sm
+def contenders(spec: dict[str, Any], slow: bool = False) -> dict[str, Any]:
+    """The systems of this database, by id."""
+    from django.db import connection
 
-    work = Path(spec["work"])
-    summarizer = sm.SLOW if slow else sm.FAST
-    factories = {
-        "sm-inline": lambda: sm.SquadMemory("inline", summarizer),
-        "sm-celery": lambda: sm.SquadMemory("celery", summarizer),
-        "floor-django": floor.DjangoFloor,
-        "floor-driver": floor.DriverFloor,
-        "orm": sm.BareOrm,
-        "as-inmemory": lambda: rivals.AgentSquadInMemory(slow),
-        "as-libsql": lambda: rivals.AgentSquadLibsql(work / f"libsql-{spec['run']}.db", slow),
-        "langchain": lambda: rivals.LangChainSummaryBuffer(work / f"langchain-{spec['run']}.db"),
-    }
-    return factories[name]()
+    from bench import systems as s
 
-
-async def run_system(spec: dict[str, Any]) -> dict[str, Any]:
-    """W1 and W2 (history growth) and W3 (latency) for one system."""
-    from bench import lockstep, workloads
-
-    result: dict[str, Any] = {}
-    p = spec["params"]
-    if "W1" in spec["workloads"] or "W2" in spec["workloads"]:
-        system = make_system(spec["system"], spec)
-        await system.start()
-        result["meta"] = {"label": system.label, "database": system.database}
-        result.update(
-            await workloads.history_growth(
-                system,
-                spec["run"],
-                p["sizes"],
-                p["turns"],
-                p["cap_s"],
-                p["fetches"],
-                p.get("block", lockstep.BLOCK),
-            )
-        )
-        await system.close()
-    if "W3" in spec["workloads"]:
-        system = make_system(spec["system"], spec, slow=True)
-        await system.start()
-        result.setdefault("meta", {"label": system.label, "database": system.database})
-        result["W3"] = await workloads.latency(
-            system, spec["run"], p["latency_turns"], p["think_s"]
-        )
-        await system.close()
-    return result
+    db, work = connection.vendor, Path(spec["work"])
+    summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
+    found: dict[str, Any] = {f"sm-inline-{db}": s.SquadMemory("inline", summarizer)}
+    if db == "postgresql" and spec["celery"]:
+        found["sm-celery-postgresql"] = s.SquadMemory("celery", summarizer)
+    if db == "sqlite":
+        found["as-inmemory"] = s.AgentSquadInMemory(slow)
+    if not slow:
+        found[f"floor-django-{db}"] = s.DjangoFloor()
+        found[f"floor-contract-{db}"] = s.ContractFloor()
+        if db == "sqlite":
+            found["as-libsql"] = s.AgentSquadLibsql(work / "libsql.db")
+            found["langchain"] = s.LangChain(work / "langchain.db")
+    return found
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
-    kind = spec["kind"]
-    if kind == "system":
-        return asyncio.run(run_system(spec))
-    if kind == "queries":
-        from bench import queries
+async def run(spec: dict[str, Any]) -> dict[str, Any]:
+    from asgiref.sync import sync_to_async
 
-        p = spec["params"]
+    from bench import workloads
+
+    p, run_id = spec["params"], spec["run"]
+    if spec["kind"] == "turns":  # W1, W2, W3 of this database
+        slow = contenders(spec, slow=True)
         return {
-            "W4": queries.query_counts(spec["run"], tuple(p["query_sizes"])),
-            "sync": queries.sync_saves(spec["run"], p["sizes"][-1], p["sync_saves"]),
+            "systems": await workloads.growth(contenders(spec), run_id, p),
+            "W2": {
+                sid: await workloads.slow_turns(system, run_id, p["slow_turns"])
+                for sid, system in slow.items()
+            },
+            "W3": await sync_to_async(workloads.statements)(run_id, p["statements_n"]),
         }
-    if kind == "throughput":
-        from bench import throughput
-
-        return throughput.run(spec)
-    if kind == "cprofile":
-        from bench import turn_profile
-
-        return turn_profile.cprofile(spec["run"], spec["params"]["profile_turns"])
-    if kind == "caches":
-        from bench import turn_profile
-
-        return turn_profile.caches(spec["run"], spec["params"]["profile_turns"])
-    if kind in ("memory-fill", "memory"):
-        from bench import memory
-
-        return memory.run(spec)
-    raise ValueError(f"unknown step kind {kind!r}")
+    c = spec["concurrency"]
+    return {
+        str(k): await workloads.conversations(
+            c["mode"], c["slow"], k, c["turns"], run_id, tuple(c["trigger"])
+        )
+        for k in p["counts"]
+    }
 
 
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     django.setup()
-    result = run(spec)
-    Path(spec["out"]).write_text(json.dumps(result))
+    Path(spec["out"]).write_text(json.dumps(asyncio.run(run(spec))))
 
 
 if __name__ == "__main__":

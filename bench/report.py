@@ -1,291 +1,353 @@
-"""Writes the results directory: README.md with every figure and the ratios, and the plots."""
+"""The results page (README.md) and its plots, from one run's results."""
 
 from __future__ import annotations
 
 import datetime
+import platform
 from pathlib import Path
 from typing import Any
 
-from bench import plots
-from bench.config import TRIGGER_AT
-from bench.ratios import DRIVER_FLOORS, FLOORS, database_of, flatness, to_floor
-from bench.targets import SM, evaluate
+import django
+import matplotlib
 
-QUICK_NOTE = " (quick smoke run: sizes too small to judge)"
-BASELINES = (
-    ("as-inmemory", "agent-squad InMemory"),
-    ("as-libsql", "agent-squad libsql"),
-    ("langchain", "LangChain SQL"),
-)
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+FLOORS = {"floor-django": "Django's floor", "floor-contract": "contract floor"}
+RIVALS = {
+    "as-inmemory": "agent-squad InMemory",
+    "as-libsql": "agent-squad libsql",
+    "langchain": "LangChain SQL",
+}
 
 
-def _f(value: Any, digits: int = 2) -> str:
+def f(value: Any) -> str:
+    """A figure as the page shows it: 3 significant digits, thousands separated."""
     if value is None:
         return "-"
     if isinstance(value, float):
         if abs(value) >= 100:
             return f"{value:,.0f}"
-        return f"{value:.{digits}f}" if abs(value) >= 0.01 or value == 0 else f"{value:.4f}"
-    return str(value)
+        return f"{value:.2f}" if abs(value) >= 0.01 or value == 0 else f"{value:.4f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
+def table(head: list[str], rows: list[list[Any]]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return lines + ["| " + " | ".join(_f(c) for c in row) + " |" for row in rows]
+    return [*lines, *("| " + " | ".join(f(c) for c in row) + " |" for row in rows), ""]
 
 
-def _label(results: dict[str, Any], sid: str) -> str:
-    return str(results["systems"][sid].get("meta", {}).get("label", sid))
+def turn(r: dict[str, Any], sid: str, n: int) -> float | None:
+    got = r["systems"].get(sid, {}).get("W1", {}).get(str(n), {}).get("turn", {})
+    return got.get("median")
 
 
-def header(r: dict[str, Any]) -> list[str]:
-    m = r["machine"]
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [
-        "# Benchmark results",
-        "",
-        f"Taken in one run on {when}{QUICK_NOTE if r['quick'] else ''}.",
-        "",
-        "Command (from the repository root):",
-        "",
-        "```",
-        f".venv/bin/{r['command']}",
-        "```",
-        "",
-        f"The run took {r['elapsed_s']:.0f} s. Raw figures: `results.json`.",
-        "",
-        "## Machine",
-        "",
-    ]
-    rows = [[k, v] for k, v in m.items() if k != "load_average"]
-    rows.append(
-        [
-            "load average at start / end",
-            f"{_load(m['load_average'])} / {_load(r['load_average_end'])}",
-        ]
-    )
-    return lines + _table(["", ""], rows) + [""]
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
 
 
-def _load(values: Any) -> str:
-    return ", ".join(f"{v:.2f}" for v in values)
+def goals(r: dict[str, Any]) -> list[list[Any]]:
+    """Each goal, the ratio measured and whether it is met."""
+    sizes, rows = r["params"]["sizes"], []
 
+    def add(goal: str, measured: float | None, met: bool | None) -> None:
+        rows.append([goal, measured, "-" if met is None else ("met" if met else "**not met**")])
 
-def systems(r: dict[str, Any]) -> list[str]:
-    lines = ["## Systems", ""]
-    rows = [
-        [sid, _label(r, sid), v.get("meta", {}).get("database", "-")]
-        for sid, v in r["systems"].items()
-    ]
-    lines += _table(["id", "system", "stores in"], rows)
-    for item in r["skipped"]:
-        lines.append(f"\n- **Not measured: {item['what']}** ({item['reason']}).")
-    return [*lines, ""]
+    for db, limit in (("sqlite", 1.3), ("postgresql", 1.3)):
+        for n in (sizes[0], sizes[-1]):
+            got = ratio(turn(r, f"sm-inline-{db}", n), turn(r, f"floor-contract-{db}", n))
+            add(
+                f"turn within {limit}x the contract floor ({db}), N={n:,}",
+                got,
+                None if got is None else got <= limit,
+            )
+        flat = ratio(turn(r, f"sm-inline-{db}", sizes[-1]), turn(r, f"sm-inline-{db}", sizes[0]))
+        add(
+            f"turn flat in N ({db}): N={sizes[-1]:,} within 1.3x N={sizes[0]:,}",
+            flat,
+            None if flat is None else flat <= 1.3,
+        )
+    for n in (sizes[0], sizes[-1]):
+        got = ratio(turn(r, "as-libsql", n), turn(r, "sm-inline-sqlite", n))
+        add(
+            f"3x faster per turn than agent-squad over libsql, N={n:,}",
+            got,
+            None if got is None else got >= 3,
+        )
+    w4 = r.get("W4", {})
+    far = w4.get("inline, database 2 ms away", {}).get("by_count", {})
+    counts = sorted(int(k) for k in far)
+    if len(counts) > 1:
+        got = ratio(far[str(counts[-1])]["messages_per_s"], far[str(counts[0])]["messages_per_s"])
+        add(
+            f"{counts[-1]} conversations get 3x the messages/s of one, database 2 ms away",
+            got,
+            None if got is None else got >= 3,
+        )
+    slow = w4.get("inline, 1 s summarizer, database 2 ms away", {}).get("by_count", {})
+    for k, got in list(slow.items())[1:]:  # one conversation has no others
+        p99 = got["fetch_during_summaries"].get("p99")
+        add(
+            f"{k} conversations, 1 s summarizer: the others' fetch_chat p99 under 250 ms",
+            p99,
+            None if p99 is None else p99 < 250,
+        )
+    return rows
 
 
 def w1(r: dict[str, Any]) -> list[str]:
     sizes = r["params"]["sizes"]
+    head = ["system", *(f"N={n:,}" for n in sizes), f"N={sizes[-1]:,} / N={sizes[0]:,}"]
+    rows, steps = [], []
+    for sid, got in r["systems"].items():
+        cells = []
+        for n in sizes:
+            one = got["W1"][str(n)]
+            capped = f", {one['turn']['n']}/{r['params']['turns']} turns" if one["capped"] else ""
+            cells.append(f"{f(one['turn']['median'])} ({f(one['turn']['p90'])}{capped})")
+        rows.append([got["label"], *cells, ratio(turn(r, sid, sizes[-1]), turn(r, sid, sizes[0]))])
+        steps.append(
+            [
+                got["label"],
+                *(
+                    " / ".join(
+                        f(got["W1"][str(n)][part].get("median"))
+                        for part in ("save_user", "save_answer", "fetch")
+                    )
+                    for n in sizes
+                ),
+            ]
+        )
     lines = [
         "## W1: one turn as the stored history grows",
         "",
-        "A turn is save user message, save answer, fetch "
-        "(ms, median over the turns; p90 in brackets). Each N's slot is prefilled first; "
-        f"then the turns run in cycles, one block of {r['params'].get('block')} turns at each "
-        "N in turn, so the last column is paired in time: the median, over the cycles, of "
-        "a block's median turn at the largest N over the block's at the smallest N of the "
-        "same cycle (where a time cap left no whole blocks, the medians' ratio).",
+        "A turn is: save the user message, save the answer, fetch_chat (ms, median; p90 "
+        "in brackets), through the async API as agent-squad's orchestrator calls it, on a "
+        "slot pre-filled with N messages.",
         "",
-        *_rounds_note(r),
-    ]
-    rows = []
-    for sid, v in r["systems"].items():
-        if "W1" not in v:
-            continue
-        cells = []
-        for n in sizes:
-            d = v["W1"].get(str(n))
-            cap = f", {d['turn']['n']}/{d['asked']} turns (time cap)" if d and d["capped"] else ""
-            cells.append(f"{_f(d['turn']['median'])} ({_f(d['turn']['p90'])}){cap}" if d else "-")
-        rows.append([_label(r, sid), *cells, flatness(r, sid, min(sizes), max(sizes))])
-    lines += _table(
-        ["system", *[f"N={n:,}" for n in sizes], f"N={max(sizes):,} / N={min(sizes):,}"], rows
-    )
-    lines += [
+        *table(head, rows),
+        "Per step (median ms: save user / save answer / fetch):",
         "",
-        "Per step (median ms at each N: save user / save answer / fetch; "
-        "LangChain: save_context / load):",
+        *table(["system", *(f"N={n:,}" for n in sizes)], steps),
+        "![W1](w1_turn.png)",
+        "",
+        "### Ratios per turn",
+        "",
+        "squad_memory's turn over each floor of its database (medians of the same run):",
         "",
     ]
     rows = []
-    for sid, v in r["systems"].items():
-        if "W1" in v:
-            rows.append([_label(r, sid), *[_steps(v["W1"].get(str(n))) for n in sizes]])
-    lines += _table(["system", *[f"N={n:,}" for n in sizes]], rows)
-    return [*lines, "", "![W1](w1_turn.png)", "", *ratios(r)]
-
-
-def _rounds_note(r: dict[str, Any]) -> list[str]:
-    from bench.rounds import ROUND_GROUPS, ROUND_SYSTEMS
-
-    count = r["params"].get("floor_rounds", 1)
-    if count <= 1:
-        return []
-    names = ", ".join(f"`{sid}`" for sid in ROUND_SYSTEMS if sid in r["systems"])
-    note = (
-        f"The floors and the systems held against them ({names}) ran W1 in {count} "
-        "rounds, each a fresh process on fresh slots; their figures are the "
-        "median of the rounds' figures (per-round medians of the turn in results.json, "
-        "`rounds`)."
-    )
-    blocks = sum(
-        len(values)
-        for sid in ROUND_SYSTEMS
-        for figures in r["systems"].get(sid, {}).get("W1", {}).values()
-        for values in (figures.get("block_ratios") or {}).values()
-    )
-    if blocks:
-        groups = "; ".join(" | ".join(f"`{sid}`" for sid in group) for group in ROUND_GROUPS)
-        note += (
-            " After the first, each round ran each system in lockstep beside its floors "
-            f"({groups}): the processes side by side but never at once, one block of "
-            f"{r['params'].get('block')} turns each in turn, the order turned around every "
-            "cycle, the system in the middle, so each block of the system and the floors' "
-            "blocks beside it are milliseconds apart, in the same phase of the machine. A "
-            "ratio to a floor is the median of those blocks' ratios "
-            f"({blocks} block ratios in all; per N and floor in results.json, "
-            "`block_ratios`), so a slow phase of the machine moves a block, not a ratio."
-        )
-    else:
-        note += " A ratio to the floor is the median turn over the floor's median turn."
-    return [note, ""]
-
-
-def _steps(d: dict[str, Any] | None) -> str:
-    if not d:
-        return "-"
-    keys = ("save_user", "save_answer", "fetch") if "save_user" in d else ("save", "fetch")
-    return " / ".join(_f(d[k]["median"]) for k in keys)
-
-
-def ratios(r: dict[str, Any]) -> list[str]:
-    sizes = r["params"]["sizes"]
-    lines = [
-        "### Ratios per turn against each baseline "
-        "(baseline / squad_memory; >1: squad_memory is faster)",
-        "",
-    ]
-    rows = []
-    for sid in SM:
-        if sid not in r["systems"] or "W1" not in r["systems"][sid]:
-            continue
-        orm = "orm-postgresql" if "postgresql" in sid else "orm-sqlite"
-        for base, name in (*BASELINES, (orm, "bare Django ORM")):
-            cells = []
-            for n in sizes:
-                mine = r["systems"][sid]["W1"].get(str(n))
-                other = r["systems"].get(base, {}).get("W1", {}).get(str(n))
-                cells.append(
-                    other["turn"]["median"] / mine["turn"]["median"] if mine and other else None
+    for sid, got in r["systems"].items():
+        db = sid.rsplit("-", 1)[-1]
+        for floor, name in FLOORS.items():
+            if (
+                sid.startswith(("sm-", "floor-contract"))
+                and sid != f"{floor}-{db}"
+                and (f"{floor}-{db}" in r["systems"])
+            ):
+                rows.append(
+                    [
+                        got["label"],
+                        f"{name} ({db})",
+                        *(ratio(turn(r, sid, n), turn(r, f"{floor}-{db}", n)) for n in sizes),
+                    ]
                 )
-            rows.append([_label(r, sid), name, *cells])
-    lines += _table(["squad_memory", "baseline", *[f"N={n:,}" for n in sizes]], rows)
-    return [*lines, "", *floor_ratios(r)]
-
-
-def floor_ratios(r: dict[str, Any]) -> list[str]:
-    """Every system's turn / the floors' turns on the database it is held against."""
-    sizes = r["params"]["sizes"]
-    lines = [
-        "### Ratio to the floor (system turn / floor turn; 1 = the floor)",
-        "",
-        "The floor is the least any Django app pays to serve agent-squad's async API: the "
-        "same turn on the same rows, as bare statements through Django's connection "
-        "(`django.db.connection.cursor()`, Django's autocommit) with one `sync_to_async` "
-        "hop per call, in a copy of squad_memory's message table made from the live schema "
-        "(same columns, constraints and indexes, the search index included): two "
-        f"single-row INSERTs, each committed, then one SELECT of the slot's newest "
-        f"{2 * TRIGGER_AT} rows decoded into dicts. In brackets, for information, the plain "
-        "driver doing the same with no Django and no thread hop: psycopg (PostgreSQL "
-        "systems) or sqlite3 in WAL with `synchronous=NORMAL` (every other system), on a "
-        "copy of its own. Every other system is held against SQLite's floors.",
+    lines += table(["system", "floor", *(f"N={n:,}" for n in sizes)], rows)
+    lines += [
+        "Other stores' turn over squad_memory inline (SQLite)'s (>1: squad_memory is faster):",
         "",
     ]
-    django, driver = to_floor(r), to_floor(r, DRIVER_FLOORS)
     rows = [
-        [
-            _label(r, sid),
-            f"{FLOORS[database_of(sid)]} ({DRIVER_FLOORS[database_of(sid)]})",
-            *[f"{_f(per[str(n)])} ({_f(driver[sid][str(n)])})" for n in sizes],
-        ]
-        for sid, per in django.items()
+        [name, *(ratio(turn(r, sid, n), turn(r, "sm-inline-sqlite", n)) for n in sizes)]
+        for sid, name in RIVALS.items()
+        if sid in r["systems"]
     ]
-    return [*lines, *_table(["system", "floor", *[f"N={n:,}" for n in sizes]], rows), ""]
+    return lines + table(["store", *(f"N={n:,}" for n in sizes)], rows)
 
 
-def w2(r: dict[str, Any]) -> list[str]:
-    sizes = r["params"]["sizes"]
-    lines = [
-        "## W2: fetch_chat on an active buffer as N grows",
-        "",
-        "ms, median (p90). The floors select the newest 40 rows, the bare ORM one row; "
-        "LangChain loads its memory variables.",
-        "",
-    ]
-    rows = []
-    for sid, v in r["systems"].items():
-        if "W2" in v:
-            cells = [
-                f"{_f(v['W2'][str(n)]['median'], 3)} ({_f(v['W2'][str(n)]['p90'], 3)})"
-                if str(n) in v["W2"]
-                else "-"
-                for n in sizes
-            ]
-            big, small = v["W2"].get(str(max(sizes))), v["W2"].get(str(min(sizes)))
-            rows.append(
-                [_label(r, sid), *cells, big["median"] / small["median"] if big and small else None]
-            )
-    return lines + _table(["system", *[f"N={n:,}" for n in sizes], "ratio"], rows) + [""]
-
-
-def w3(r: dict[str, Any]) -> list[str]:
+def w2_to_w3(r: dict[str, Any]) -> list[str]:
     p = r["params"]
     lines = [
-        "## W3: critical-path latency per turn",
+        "## W2: the turn while the summarizer takes its time",
         "",
-        f"{p['latency_turns']} turns from an empty slot, summarizer sleeping {p['slow_sleep']} s, "
-        f"trigger_at 20, keep_last 2; an untimed pause of {p['think_s']} s between turns "
-        "stands for the agent answering. ms.",
+        f"{p['slow_turns']} turns from an empty slot, summarizer sleeping "
+        f"{p['slow_sleep']} s, trigger_at 20, keep_last 2 (ms).",
+        "",
+    ]
+    rows = [
+        [
+            got["label"],
+            got["turn"]["p50"],
+            got["turn"]["p99"],
+            got["turn"]["max"],
+            got["over_half_s"],
+        ]
+        for got in r["W2"].values()
+    ]
+    lines += table(["system", "p50", "p99", "max", "turns over 0.5 s"], rows)
+    lines += [
+        "![W2](w2_latency.png)",
+        "",
+        "## W3: SQL statements per operation",
+        "",
+        f"squad_memory inline, sync API, on a slot of {p['statements_n']:,} messages; "
+        "BEGIN, COMMIT and savepoints left out.",
+        "",
+    ]
+    dbs = list(r["W3"])
+    ops = list(r["W3"][dbs[0]]) if dbs else []
+    return lines + table(["operation", *dbs], [[op, *(r["W3"][d][op] for d in dbs)] for op in ops])
+
+
+def w4(r: dict[str, Any]) -> list[str]:
+    p = r["params"]
+    lines = [
+        "## W4: many conversations in one event loop (PostgreSQL)",
+        "",
+        "Each conversation makes turns as agent-squad's orchestrator does (fetch_chat, save "
+        "the user message, save the answer) through the async API, all of them at once in "
+        f"one event loop: {p['conv_turns']} turns each (trigger_at 20, keep_last 2, "
+        f"summarizer sleeping 0 s), or with a sync summarizer sleeping {p['slow_sleep']} s "
+        f'{p["slow_conv_turns"]} turns each (trigger_at 4, keep_last 1). "2 ms away": '
+        f"through a TCP proxy the run starts on 127.0.0.1 that holds every packet "
+        f"{p['delay_s'] * 1000:g} ms each way. Tasks mode: a `manage.py db_worker` runs the "
+        'compressions. Latencies in ms; "others\' fetch p99": fetch_chat calls that overlap '
+        "a summary of another conversation (inline mode); connections: the most server "
+        "connections of the process seen in `pg_stat_activity` (sampled every 20 ms).",
         "",
     ]
     rows = []
-    for sid, v in r["systems"].items():
-        if "W3" in v:
-            t = v["W3"]["turn"]
+    for label, run in r.get("W4", {}).items():
+        one = run["by_count"][str(p["counts"][0])]["messages_per_s"]
+        for k, got in run["by_count"].items():
             rows.append(
                 [
-                    _label(r, sid),
-                    t["p50"],
-                    t["p99"],
-                    t["max"],
-                    t["p99"] / t["p50"],
-                    v["W3"]["slow_turns"],
-                    v["W3"]["wall_s"],
+                    label,
+                    int(k),
+                    got["messages_per_s"],
+                    ratio(got["messages_per_s"], one),
+                    got["turn"]["p50"],
+                    got["turn"]["p99"],
+                    got["fetch"]["p99"],
+                    got["fetch_during_summaries"].get("p99"),
+                    got["connections"],
                 ]
             )
-    head = ["system", "p50", "p99", "max", "p99 / p50", "turns > 0.5 s", "wall (s)"]
-    return lines + _table(head, rows) + ["", "![W3](w3_latency.png)", ""]
+    head = [
+        "run",
+        "conversations",
+        "messages/s",
+        "x one",
+        "turn p50",
+        "turn p99",
+        "fetch p99",
+        "others' fetch p99",
+        "connections",
+    ]
+    return [*lines, *table(head, rows), "![W4](w4_concurrency.png)", ""]
 
 
-def write(results: dict[str, Any], out: Path) -> None:
-    from bench import report_more
+def page(r: dict[str, Any], out: Path) -> str:
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    quick = " (quick smoke run: sizes too small to judge)" if r["quick"] else ""
+    load = " / ".join(
+        ", ".join(f"{v:.2f}" for v in lv) for lv in (r["load_average"], r["load_average_end"])
+    )
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Taken in one run on {when}{quick}, with "
+        f"`.venv/bin/{r['command']}` from the repository root, in {r['elapsed_s']:.0f} s "
+        f"on {platform.machine()} Linux, Python {platform.python_version()}, Django "
+        f"{django.get_version()}; load average at the start / end: {load}. Raw figures: "
+        "`results.json`.",
+        "",
+    ]
+    lines += [f"Skipped: {s['what']}: {s['reason']}" for s in r["skipped"]]
+    lines += ["## Goals", "", *table(["goal", "measured", "verdict"], goals(r))]
+    if r.get("systems"):
+        lines += w1(r) + w2_to_w3(r)
+    if r.get("W4"):
+        lines += w4(r)
+    api = out / "api_cost.md"  # the API's cost against plain DRF views, where measured
+    if api.exists():
+        lines += ["## The API against plain DRF views", "", f"See [api_cost.md]({api.name}).", ""]
+    lines += [
+        "## Method",
+        "",
+        "- The same conversation and the same fake summarizer for every system "
+        "(`bench/systems.py`): deterministic, keeps the last pairs and folds the rest into one "
+        "message, after a sleep standing for the LLM call.",
+        "- **Django's floor**: the same rows as bare statements through Django's connection, "
+        "one `sync_to_async` hop per call: a save is one INSERT, a fetch one SELECT of the "
+        "newest 40 rows. **The contract floor** adds what agent-squad's contract and several "
+        "writer processes need, the plainest way: a save bumps the slot's counter (skipping a "
+        "message of the last one's role), inserts at that sequence number and returns the "
+        "conversation read in the same transaction (on PostgreSQL, one statement).",
+        "- W1 runs every system of a database in one process, in blocks of "
+        f"{r['params']['block']} turns taken in turn, so a ratio compares medians taken in "
+        f"the same minutes; a system's turns at one N stop after {r['params']['cap_s']:g} s "
+        "(a capped cell says how many ran). Histories are pre-filled in bulk and the buffer "
+        "activated by one fetch before timing.",
+        "- PostgreSQL at its default durability; SQLite in WAL with `synchronous=NORMAL`; "
+        "Django's PostgreSQL connection with server-side binding and prepared statements "
+        "(`DATABASE_PREPARED=1`). Celery mode: a real worker (concurrency 1) on Redis.",
+        "- The machine is shared and has 2 cores: read ratios, not absolute figures.",
+        "",
+    ]
+    return "\n".join(lines)
 
-    lines = header(results) + systems(results)
-    if any("W1" in v for v in results["systems"].values()):
-        lines += w1(results) + w2(results)
-    if any("W3" in v for v in results["systems"].values()):
-        lines += w3(results)
-    lines += report_more.rest(results)
-    lines += report_more.targets_section(evaluate(results))
-    lines += report_more.method(results)
-    (out / "README.md").write_text("\n".join(lines) + "\n")
-    plots.draw(results, out)
+
+def plots(r: dict[str, Any], out: Path) -> None:
+    if r.get("systems"):
+        fig, ax = plt.subplots(figsize=(8, 5))
+        sizes = r["params"]["sizes"]
+        for sid, got in r["systems"].items():
+            ax.plot(sizes, [turn(r, sid, n) for n in sizes], marker="o", label=got["label"])
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="stored history N (messages)",
+            ylabel="ms per turn (median)",
+            title="W1: one turn as the history grows",
+        )
+        _save(fig, ax, out / "w1_turn.png")
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for got in r["W2"].values():
+            ax.plot(range(1, len(got["series_ms"]) + 1), got["series_ms"], lw=1, label=got["label"])
+        ax.set(
+            yscale="log",
+            xlabel="turn",
+            ylabel="ms per turn",
+            title=f"W2: turns with a summarizer sleeping {r['params']['slow_sleep']} s",
+        )
+        _save(fig, ax, out / "w2_latency.png")
+    if r.get("W4"):
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for label, run in r["W4"].items():
+            counts = sorted(int(k) for k in run["by_count"])
+            ax.plot(
+                counts,
+                [run["by_count"][str(k)]["messages_per_s"] for k in counts],
+                marker="o",
+                label=label,
+            )
+        ax.set(
+            xlabel="conversations in one event loop",
+            ylabel="messages stored per second",
+            title="W4: conversations at once (PostgreSQL)",
+        )
+        _save(fig, ax, out / "w4_concurrency.png")
+
+
+def _save(fig: Any, ax: Any, path: Path) -> None:
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(r: dict[str, Any], out: Path) -> None:
+    plots(r, out)
+    (out / "README.md").write_text(page(r, out))

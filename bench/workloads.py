@@ -1,166 +1,224 @@
-"""Workloads 1 to 3: one turn as the history grows, fetch on an active buffer, latency."""
+"""The workloads: a turn as the history grows (W1), the turn with a slow summarizer (W2),
+statements per operation (W3), and many conversations in one event loop (W4)."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import statistics
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from bench import lockstep
-from bench.base import SlotId, System, timed_turn
-from bench.stats import ms
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from bench import systems
+from bench.systems import SlotId, System
+from squad_memory.models import Slot
+from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 
 
-async def history_growth(
-    system: System,
-    run: str,
-    sizes: list[int],
-    turns: int,
-    cap_s: float,
-    fetches: int,
-    block: int = lockstep.BLOCK,
-) -> dict[str, Any]:
-    """W1 and W2: per-turn cost and ``fetch_chat`` cost at each stored history size N.
+def stats(seconds: list[float]) -> dict[str, float]:
+    """Median, p90, p99 and max in ms, and the count."""
+    if not seconds:
+        return {"n": 0}
+    ordered = sorted(seconds)
 
-    Every N's slot is prefilled first; then the turns run in cycles, one block of
-    ``block`` turns at each N in turn (N=100, 1,000, 10,000, 100, ...), so a block at
-    N=10,000 and the block at N=100 of the same cycle are milliseconds apart and their
-    ratio (``flat_ratios``) is paired in time, as a ratio to a floor is in lockstep. W2
-    comes after W1, its fetches taken in turn across the sizes for the same reason. In a
-    lockstep round (:mod:`bench.lockstep`) the process waits at a gate before each
-    prefill, before the turns, after each block and before W2, with nothing of its own
-    still running; a process that reached the time cap keeps passing its gates."""
-    slots: dict[int, SlotId] = {}
-    prefill_s: dict[int, float] = {}
-    for n in sizes:
-        slot: SlotId = (run, f"n{n}", "agent")
-        lockstep.gate()
-        t0 = time.perf_counter()
-        await system.prefill(slot, n)
-        prefill_s[n] = time.perf_counter() - t0
-        await system.settle(slot)
-        slots[n] = slot
-    for slot in slots.values():
-        await timed_turn(system, slot, 0)  # warm-up (connections, caches)
-        await system.settle(slot)
-    lockstep.gate()  # the prefills' and warm-ups' own segment
-    w1 = await _turns(system, slots, turns, cap_s, block)
-    for n in sizes:
-        w1[str(n)]["prefill_s"] = prefill_s[n]
-    for slot in slots.values():
-        await system.settle(slot)
-    lockstep.gate()
-    return {"W1": w1, "W2": await _fetches(system, slots, fetches, cap_s)}
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    return {
+        "n": len(ordered),
+        "median": statistics.median(ordered) * 1000,
+        "p50": pick(0.5),
+        "p90": pick(0.9),
+        "p99": pick(0.99),
+        "max": ordered[-1] * 1000,
+    }
 
 
-class _Series:
-    """One N's timed turns: each step's times, and the turn times of each cycle."""
-
-    def __init__(self) -> None:
-        self.parts: dict[str, list[float]] = {}
-        self.cycles: list[list[float]] = []
-        self.spans: list[list[float]] = []  # each cycle's start and end (monotonic)
-        self.spent = 0.0
-
-    def add(self, step: dict[str, float]) -> None:
-        total = sum(v for k, v in step.items() if k in ("save", "fetch"))
-        self.cycles[-1].append(total)
-        self.spent += total
-        for key, value in step.items():
-            self.parts.setdefault(key, []).append(value)
-
-    def full(self, block: int) -> list[int]:
-        """The cycles that ran a whole block."""
-        return [c for c, totals in enumerate(self.cycles) if len(totals) == block]
+async def turn(system: System, slot: SlotId, i: int) -> tuple[float, float, float]:
+    """One turn; the seconds of the user message's save, the answer's, and the fetch."""
+    t0 = time.perf_counter()
+    await system.save(slot, 2 * i)
+    t1 = time.perf_counter()
+    await system.save(slot, 2 * i + 1)
+    t2 = time.perf_counter()
+    await system.fetch(slot)
+    return t1 - t0, t2 - t1, time.perf_counter() - t2
 
 
-async def _turns(
-    system: System, slots: dict[int, SlotId], turns: int, cap_s: float, block: int
-) -> dict[str, Any]:
-    """``turns`` timed turns at each N, in cycles of one block per N; a N's turns stop
-    once they took ``cap_s`` seconds in all (its later blocks are empty)."""
-    paired = lockstep.active()
-    series = {n: _Series() for n in slots}
-    done = 0
-    while done < turns:
-        size = min(block, turns - done)
-        for n, slot in slots.items():
-            one = series[n]
-            one.cycles.append([])
-            started = time.monotonic()
-            for i in range(done + 1, done + size + 1):
-                if one.spent > cap_s:
-                    break
-                one.add(await timed_turn(system, slot, i))
-            one.spans.append([started, time.monotonic()])
-            if paired:
-                await system.settle(slot)  # a queued compression is not left to run meanwhile
-                lockstep.gate()
-        done += size
-    return {str(n): _figures(series, n, turns, block, paired) for n in slots}
-
-
-def _figures(
-    series: dict[int, _Series], n: int, turns: int, block: int, paired: bool
-) -> dict[str, Any]:
-    """One N's W1 figures: statistics of the turn and of each step; the medians of its
-    whole blocks (ms) and their spans, in lockstep, for the ratio to a floor run beside
-    it; and ``flat_ratios``: each whole block's median over the smallest N's block of the
-    same cycle."""
-    one, base = series[n], series[min(series)]
-    totals = [t for cycle in one.cycles for t in cycle]
-    result: dict[str, Any] = {"turn": ms(totals), "capped": len(totals) < turns, "asked": turns}
-    result.update({key: ms(values) for key, values in one.parts.items()})
-    full = one.full(block)
-    medians = [statistics.median(one.cycles[c]) for c in full]
-    result["blocks"] = [m * 1000 for m in medians] if paired else None
-    result["spans"] = [one.spans[c] for c in full] if paired else None
-    both = [c for c in full if c in set(base.full(block))]
-    result["flat_ratios"] = [
-        statistics.median(one.cycles[c]) / statistics.median(base.cycles[c]) for c in both
-    ]
-    return result
-
-
-async def _fetches(
-    system: System, slots: dict[int, SlotId], count: int, cap_s: float
-) -> dict[str, Any]:
-    """``count`` fetches of each slot, one slot after the other (N=100, 1,000, 10,000,
-    100, ...); a slot's fetches stop once they took ``cap_s`` seconds in all."""
-    values: dict[int, list[float]] = {n: [] for n in slots}
-    spent = dict.fromkeys(slots, 0.0)
-    for _ in range(count):
-        for n, slot in slots.items():
-            if spent[n] > cap_s:
-                continue
-            t0 = time.perf_counter()
-            await system.fetch(slot)
-            took = time.perf_counter() - t0
-            values[n].append(took)
-            spent[n] += took
+async def growth(named: dict[str, System], run: str, p: dict[str, Any]) -> dict[str, Any]:
+    """W1: the turn of every system at each stored history N, all in this process and run
+    in turn, one block of turns of each system at each N before the next block, so a slow
+    phase of the machine touches every system alike. A system stops at a N once its turns
+    there took ``cap_s`` seconds in all."""
+    slots: dict[tuple[str, int], SlotId] = {}
+    for name, system in named.items():
+        await system.start()
+        for n in p["sizes"]:
+            slots[name, n] = (run, f"{name}-{n}", "agent")
+            await system.prefill(slots[name, n], n)
+            await turn(system, slots[name, n], n)  # warm-up: connections, caches
+        await system.settle()
+    steps: dict[tuple[str, int], list[tuple[float, float, float]]] = {key: [] for key in slots}
+    for first in range(0, p["turns"], p["block"]):
+        for (name, n), slot in slots.items():
+            done = steps[name, n]
+            for i in range(first, min(first + p["block"], p["turns"])):
+                if sum(map(sum, done)) < p["cap_s"]:
+                    done.append(await turn(named[name], slot, n + 1 + i))
     result: dict[str, Any] = {}
-    for n, found in values.items():
-        result[str(n)] = ms(found)
-        result[str(n)]["capped"] = len(found) < count
+    for (name, n), done in steps.items():
+        per = result.setdefault(name, {"label": named[name].label, "W1": {}})
+        per["W1"][str(n)] = {
+            "turn": stats([sum(s) for s in done]),
+            **{
+                part: stats([s[k] for s in done])
+                for k, part in enumerate(("save_user", "save_answer", "fetch"))
+            },
+            "capped": len(done) < p["turns"],
+        }
+    for system in named.values():
+        await system.settle()
+        await system.close()
     return result
 
 
-async def latency(system: System, run: str, turns: int, think_s: float) -> dict[str, Any]:
-    """W3: critical-path time of each turn of a conversation from empty, summarizer slow.
+async def slow_turns(system: System, run: str, turns: int) -> dict[str, Any]:
+    """W2: the critical path of each turn of a conversation from empty, while its
+    summarizer sleeps ``BENCH_SLOW_SLEEP`` seconds."""
+    await system.start()
+    slot = (run, f"slow-{system.label}", "agent")
+    times = [sum(await turn(system, slot, i)) for i in range(turns)]
+    await system.settle()
+    await system.close()
+    return {
+        "label": system.label,
+        "turn": stats(times),
+        "series_ms": [t * 1000 for t in times],
+        "over_half_s": sum(t > 0.5 for t in times),
+    }
 
-    ``think_s`` (not timed) stands for the agent's own answer between turns.
-    """
-    slot: SlotId = (run, "latency", "agent")
-    totals: list[float] = []
+
+# -- W3: statements per operation -----------------------------------------------------------
+_TX = re.compile(r"^\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE SAVEPOINT)", re.I)
+
+
+def count(operation: Callable[..., Any], *args: Any) -> int:
+    """SQL statements ``operation(*args)`` runs, transaction control left out."""
+    with CaptureQueriesContext(connection) as ctx:
+        operation(*args)
+    return sum(1 for q in ctx.captured_queries if not _TX.match(q["sql"]))
+
+
+def statements(run: str, n: int) -> dict[str, int]:
+    """W3: statements of each operation of the inline wrapper on a slot of ``n`` messages
+    (more than ``2 * TRIGGER_AT``: the first fetch activates the buffer)."""
+    wrapper = SummarizingChatStorage(
+        DjangoChatStorage(), systems.summarize, systems.TRIGGER_AT, systems.KEEP_LAST
+    )
+    key = (run, f"statements-{n}", "agent")
+    systems._slot_row(key, n)
+    found = {
+        "first fetch_chat (activation: one compression)": count(wrapper.fetch_chat_sync, *key),
+        "fetch_chat, active buffer": count(wrapper.fetch_chat_sync, *key),
+        "save_chat_message": count(wrapper.save_chat_message_sync, *key, systems.message(n)),
+        "save_chat_messages (2)": count(
+            wrapper.save_chat_messages_sync, *key, [systems.message(n + 1), systems.message(n + 2)]
+        ),
+        "save_chat_message, same role (skipped)": count(
+            wrapper.save_chat_message_sync, *key, systems.message(n + 2)
+        ),
+        "fetch_all_chats": count(wrapper.fetch_all_chats_sync, key[0], key[1]),
+    }
+    worst, k = 0, n + 3
+    while Slot.objects.for_key(*key).values_list("version", flat=True).get() < 2 and k < n + 99:
+        worst = max(worst, count(wrapper.save_chat_message_sync, *key, systems.message(k)))
+        k += 1
+    found["save_chat_message crossing the threshold (inline compression)"] = worst
+    return found
+
+
+# -- W4: many conversations in one event loop ----------------------------------------------
+class Connections(threading.Thread):
+    """Samples, every 20 ms, the server connections of this process's application name
+    (``pg_stat_activity``) from a connection of its own; :attr:`peak` is the most seen."""
+
+    def __init__(self, application_name: str) -> None:
+        super().__init__(daemon=True)
+        self.name_, self.peak, self.stop = application_name, 0, threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        s = connection.settings_dict
+        with psycopg.connect(
+            dbname=s["NAME"],
+            user=s["USER"] or None,
+            host=s["HOST"] or None,
+            port=s["PORT"] or None,
+            autocommit=True,
+        ) as conn:
+            while not self.stop.wait(0.02):
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND application_name = %s",
+                    [self.name_],
+                ).fetchone()
+                self.peak = max(self.peak, row[0] if row else 0)
+
+
+async def conversations(
+    mode: str, slow: bool, count_: int, turns: int, run: str, trigger: tuple[int, int]
+) -> dict[str, Any]:
+    """W4: ``count_`` conversations at once in this event loop, each ``turns`` turns as
+    agent-squad's orchestrator makes them: fetch_chat, save the user message, save the
+    answer. Messages stored per second, the turn's latency, fetch_chat's, and fetch_chat's
+    while a slow summary of another conversation runs in this process (each message names
+    its conversation, and so does the last message a summary reads)."""
+    summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
+    storage = SummarizingChatStorage(DjangoChatStorage(), summarizer, *trigger, mode=mode)
+    turn_s: list[float] = []
+    fetches: list[tuple[str, float, float]] = []
+
+    async def conversation(c: int) -> None:
+        slot, tag = (run, f"{mode}-{slow}-{count_}-{c}", "agent"), f"conversation {c}:"
+        for i in range(turns):
+            t0 = time.perf_counter()
+            await storage.fetch_chat(*slot)
+            fetches.append((tag, t0, time.perf_counter()))
+            for k in (2 * i, 2 * i + 1):  # each message names its conversation
+                said = [{"text": f"{tag} {systems.text_of(k)}"}]
+                await storage.save_chat_message(*slot, systems.message(k, said))
+            turn_s.append(time.perf_counter() - t0)
+
+    sampler = None
+    if connection.vendor == "postgresql":
+        sampler = Connections(connection.settings_dict["OPTIONS"]["application_name"])
+        sampler.start()
+    systems.SUMMARIES.clear()
     started = time.perf_counter()
-    for i in range(turns):
-        step = await timed_turn(system, slot, i)
-        totals.append(step["save"] + step["fetch"])
-        await asyncio.sleep(think_s)
-    elapsed = time.perf_counter() - started
-    await system.settle(slot)
-    result: dict[str, Any] = {"turn": ms(totals), "series_ms": [t * 1000 for t in totals]}
-    result["wall_s"] = elapsed
-    result["slow_turns"] = sum(1 for t in totals if t > 0.5)
-    return result
+    await asyncio.gather(*(conversation(c) for c in range(count_)))
+    wall = time.perf_counter() - started
+    if sampler is not None:
+        sampler.stop.set()
+        sampler.join()
+    during = [  # a summary's last message names its conversation
+        f1 - f0
+        for tag, f0, f1 in fetches
+        if any(f0 < s1 and s0 < f1 and tag not in text for s0, s1, text in systems.SUMMARIES)
+    ]
+    return {
+        "conversations": count_,
+        "turns": turns,
+        "wall_s": wall,
+        "messages_per_s": 2 * len(turn_s) / wall,
+        "turn": stats(turn_s),
+        "fetch": stats([f1 - f0 for _, f0, f1 in fetches]),
+        "fetch_during_summaries": stats(during),
+        "summaries": len(systems.SUMMARIES),
+        "connections": sampler.peak if sampler else None,
+    }

@@ -14,8 +14,6 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from squad_memory.exceptions import ConfigurationError
-
 SETTING_NAME = "SQUAD_MEMORY"
 
 DEFAULTS: dict[str, Any] = {
@@ -176,7 +174,7 @@ class Setting(Generic[T]):
             return self
         value = instance.raw(self.name)
         if self.name in NUMBERS and (problem := number_problem(self.name, value)) is not None:
-            raise ConfigurationError(problem)
+            raise ImproperlyConfigured(problem)
         return self.convert(value)
 
 
@@ -240,7 +238,7 @@ class Settings:
         merged = {**DEFAULTS["LLM"], **configured}
         for name in LLM_NUMBERS:
             if (problem := number_problem(name, merged[name], LLM_NUMBERS)) is not None:
-                raise ConfigurationError(problem)
+                raise ImproperlyConfigured(problem)
         return merged
 
 

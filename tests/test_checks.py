@@ -153,12 +153,12 @@ def test_every_numeric_setting_has_a_checked_range() -> None:
     ],
 )
 def test_a_number_out_of_range_raises_where_it_is_read(name: str, value: Any, read: Any) -> None:
-    from squad_memory.exceptions import ConfigurationError
+    from django.core.exceptions import ImproperlyConfigured
 
     match = rf"SQUAD_MEMORY\['{name}'\].*got"
     with (
         override_settings(SQUAD_MEMORY={name: value}),
-        pytest.raises(ConfigurationError, match=match),
+        pytest.raises(ImproperlyConfigured, match=match),
     ):
         read()
 
@@ -166,8 +166,9 @@ def test_a_number_out_of_range_raises_where_it_is_read(name: str, value: Any, re
 @pytest.mark.django_db
 def test_a_save_with_a_zero_claim_lease_claims_nothing() -> None:
     """CLAIM_LEASE = 0 would renew the lease in a busy loop while a summarizer runs."""
+    from django.core.exceptions import ImproperlyConfigured
+
     import squad_memory
-    from squad_memory.exceptions import ConfigurationError
     from squad_memory.models import Slot
     from tests.conftest import msg
 
@@ -175,6 +176,6 @@ def test_a_save_with_a_zero_claim_lease_claims_nothing() -> None:
         store = squad_memory.get_storage()
         pairs = [msg("user", "q"), msg("assistant", "a")] * 2
         store.save_chat_messages_sync("u", "s", "a", pairs)
-        with pytest.raises(ConfigurationError, match="CLAIM_LEASE"):
+        with pytest.raises(ImproperlyConfigured, match="CLAIM_LEASE"):
             store.fetch_chat_sync("u", "s", "a")
     assert Slot.objects.get().pending_token == ""

@@ -1,0 +1,413 @@
+"""The systems side by side: squad_memory, the floors, agent-squad's stores and LangChain.
+
+Each offers the same async turn: save the user message, save the answer, fetch. Every
+system summarizes with the same fake summarizer (:func:`compress` after a sleep that
+stands for the LLM call).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_squad.storage import InMemoryChatStorage, SqlChatStorage
+from agent_squad.storage import SummarizingChatStorage as SquadSummarizing
+from agent_squad.types import ConversationMessage, TimestampedMessage
+from asgiref.sync import sync_to_async
+from django.db import connection, transaction
+
+from squad_memory.models import Message, Slot
+from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
+
+SlotId = tuple[str, str, str]
+TRIGGER_AT, KEEP_LAST = 20, 2  # every summarizing store: compress past 20 pairs, keep 2
+WINDOW = 2 * TRIGGER_AT  # the floors read the slot's newest 40 rows
+FIELDS = ("slot", "seq", "role", "content", "citations", "timestamp", "text", "tokens")
+USER = "Could you check the order status and the delivery address for me, please?"
+ANSWER = (
+    "Your order is packed and leaves the warehouse tomorrow morning; the delivery address "
+    "on file is the one you confirmed last week, and the courier will text you a time slot."
+)
+
+
+# -- the conversation and the summarizer -------------------------------------------------
+def text_of(k: int) -> str:
+    """The ``k``-th message of a conversation (0-based): user, answer, user, ..."""
+    return f"Question {k // 2}. {USER}" if k % 2 == 0 else f"Answer {k // 2}. {ANSWER}"
+
+
+def role_of(k: int) -> str:
+    return "user" if k % 2 == 0 else "assistant"
+
+
+def message(k: int, content: list[dict[str, Any]] | None = None) -> ConversationMessage:
+    return ConversationMessage(role=role_of(k), content=content or [{"text": text_of(k)}])
+
+
+def compress(history: list[Any], keep_last: int) -> list[Any]:
+    """Keep the last ``keep_last`` pairs and fold the rest into one summary message."""
+    cut = max(len(history) - keep_last * 2, 0)
+    text = f"[Summary] {cut} earlier messages."
+    return [ConversationMessage(role="user", content=[{"text": text}]), *history[cut:]]
+
+
+#: (start, end, first message's text) of every slow summary run in this process
+SUMMARIES: list[tuple[float, float, str]] = []
+_LOCK = threading.Lock()
+
+
+def summarize(history: list[Any], keep_last: int) -> list[Any]:
+    """Sleep ``BENCH_SUMMARIZER_SLEEP`` seconds (0 by default), then :func:`compress`."""
+    time.sleep(float(os.environ.get("BENCH_SUMMARIZER_SLEEP", "0")))
+    return compress(history, keep_last)
+
+
+def summarize_slow(history: list[Any], keep_last: int) -> list[Any]:
+    """A sync LLM call: sleep ``BENCH_SLOW_SLEEP`` seconds (1 by default), recorded in
+    :data:`SUMMARIES` for the concurrency workload."""
+    started = time.perf_counter()
+    time.sleep(float(os.environ.get("BENCH_SLOW_SLEEP", "1")))
+    with _LOCK:
+        SUMMARIES.append((started, time.perf_counter(), str(history[-1].content)))
+    return compress(history, keep_last)
+
+
+async def asummarize(history: list[Any], keep_last: int) -> list[Any]:
+    """agent-squad's wrapper awaits its summarizer: the same sleep, in the event loop."""
+    import asyncio
+
+    await asyncio.sleep(float(os.environ.get("BENCH_SUMMARIZER_SLEEP", "0")))
+    return compress(history, keep_last)
+
+
+async def asummarize_slow(history: list[Any], keep_last: int) -> list[Any]:
+    import asyncio
+
+    await asyncio.sleep(float(os.environ.get("BENCH_SLOW_SLEEP", "1")))
+    return compress(history, keep_last)
+
+
+# -- the systems ---------------------------------------------------------------------------
+class System:
+    """One store under test; a turn is :meth:`save` of a user message and of an answer,
+    then :meth:`fetch`."""
+
+    label = "system"
+    database = "-"
+
+    async def start(self) -> None:
+        """Open connections, create tables."""
+
+    async def prefill(self, slot: SlotId, n: int) -> None:
+        """Store ``n`` messages in bulk and activate the buffer where there is one."""
+        raise NotImplementedError
+
+    async def save(self, slot: SlotId, k: int) -> Any:
+        raise NotImplementedError
+
+    async def fetch(self, slot: SlotId) -> Any:
+        raise NotImplementedError
+
+    async def settle(self) -> None:
+        """Wait until background work is done (Celery mode)."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+
+def _db() -> str:
+    return "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
+
+
+def _slot_row(slot: SlotId, n: int) -> Slot:
+    """The slot's row with ``n`` messages inserted in bulk (statistics gathered after)."""
+    row, _ = Slot.objects.get_or_create(user_id=slot[0], session_id=slot[1], agent_id=slot[2])
+    stamp = int(time.time() * 1000)
+    Message.objects.bulk_create(
+        [
+            Message(
+                slot=row,
+                seq=k + 1,
+                role=role_of(k),
+                content=[{"text": text_of(k)}],
+                text=text_of(k),
+                tokens=-(-len(text_of(k)) // 4),
+                timestamp=stamp,
+            )
+            for k in range(n)
+        ],
+        batch_size=2000,
+    )
+    row.last_seq, row.last_role = n, role_of(n - 1) if n else ""
+    row.save(update_fields=["last_seq", "last_role"])
+    with connection.cursor() as cursor:  # as autovacuum would, after a bulk load
+        cursor.execute(f"ANALYZE {Message._meta.db_table}")
+    return row
+
+
+class SquadMemory(System):
+    """``SummarizingChatStorage(DjangoChatStorage(), ...)`` through its async API."""
+
+    def __init__(self, mode: str = "inline", summarizer: str = "bench.systems.summarize") -> None:
+        self.mode, self.database = mode, connection.vendor
+        self.label = f"squad_memory {mode} ({_db()})"
+        self.storage = SummarizingChatStorage(
+            DjangoChatStorage(), summarizer, TRIGGER_AT, KEEP_LAST, mode=mode
+        )
+
+    async def prefill(self, slot: SlotId, n: int) -> None:
+        await sync_to_async(_slot_row)(slot, n)
+        await self.storage.fetch_chat(*slot)  # activates the buffer (one compression)
+        await self.settle()
+
+    async def save(self, slot: SlotId, k: int) -> Any:
+        return await self.storage.save_chat_message(*slot, message(k))
+
+    async def fetch(self, slot: SlotId) -> Any:
+        return await self.storage.fetch_chat(*slot)
+
+    async def settle(self, timeout: float = 120) -> None:
+        """Wait for every queued compression to be applied by the worker."""
+        deadline = time.monotonic() + timeout
+        pending = Slot.objects.exclude(pending_token="").aexists
+        while self.mode != "inline" and await pending():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"compressions still pending after {timeout} s")
+            await sync_to_async(time.sleep)(0.02)
+
+
+class DjangoFloor(System):
+    """Django's floor: the same rows as bare statements through Django's connection, one
+    ``sync_to_async`` hop per call. A save is one INSERT (its sequence number kept in the
+    process); a fetch selects the slot's newest :data:`WINDOW` rows. The least any Django
+    app pays to serve agent-squad's async API."""
+
+    kind = "Django's floor"
+
+    def __init__(self) -> None:
+        self.database = connection.vendor
+        self.label = f"{self.kind} ({_db()})"
+        self.slots: dict[SlotId, list[int]] = {}  # slot -> [row id, last seq]
+        m, s = Message._meta, Slot._meta
+        self.messages, self.slot_table = m.db_table, s.db_table
+        fields = [m.get_field(f) for f in FIELDS]
+        self.columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+        cast = connection.vendor == "postgresql"  # typed marks, as a SELECT list needs them
+        self.marks = [f"%s::{f.db_type(connection)}" if cast else "%s" for f in fields]
+        self.insert_sql = (
+            f"INSERT INTO {self.messages} ({self.columns}) VALUES ({', '.join(self.marks)})"
+        )
+        self.read = (
+            f"SELECT role, content, citations, {connection.ops.quote_name('timestamp')} "
+            f"FROM {self.messages} WHERE slot_id = %s ORDER BY seq DESC LIMIT {WINDOW}"
+        )
+
+    def values(self, row_id: int, seq: int, k: int) -> list[Any]:
+        text = text_of(k)
+        content = json.dumps([{"text": text}])
+        return [
+            row_id,
+            seq,
+            role_of(k),
+            content,
+            None,
+            int(time.time() * 1000),
+            text,
+            -(-len(text) // 4),
+        ]
+
+    def rows(self, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            found = cursor.fetchall()
+        return [
+            {"role": r[0], "content": _json(r[1]), "citations": _json(r[2]), "timestamp": r[3]}
+            for r in reversed(found)
+        ]
+
+    async def prefill(self, slot: SlotId, n: int) -> None:
+        row = await sync_to_async(_slot_row)(slot, n)
+        self.slots[slot] = [row.pk, n]
+
+    def insert(self, slot: SlotId, k: int) -> None:
+        state = self.slots[slot]
+        state[1] += 1
+        with connection.cursor() as cursor:
+            cursor.execute(self.insert_sql, self.values(state[0], state[1], k))
+
+    async def save(self, slot: SlotId, k: int) -> Any:
+        await sync_to_async(self.insert)(slot, k)
+
+    async def fetch(self, slot: SlotId) -> Any:
+        return await sync_to_async(self.rows)(self.read, [self.slots[slot][0]])
+
+
+class ContractFloor(DjangoFloor):
+    """The contract floor: Django's floor plus what agent-squad's contract and several
+    writer processes need, the plainest way. A save bumps the slot's counter (skipping a
+    message of the last one's role), inserts at that sequence number and returns the
+    conversation read in the same transaction; on PostgreSQL one statement. One
+    ``sync_to_async`` hop per call."""
+
+    kind = "contract floor"
+
+    def __init__(self) -> None:
+        super().__init__()
+        s, q = Slot._meta, connection.ops.quote_name
+        seq, role = q(s.get_field("last_seq").column), q(s.get_field("last_role").column)
+        self.bump = (
+            f"UPDATE {self.slot_table} SET {seq} = {seq} + 1, {role} = %s "
+            f"WHERE id = %s AND {role} <> %s RETURNING {seq}"
+        )
+        marks = ", ".join([self.marks[0], seq, *self.marks[2:]])
+        self.one_statement = (  # PostgreSQL: bump, insert and read in one statement
+            f"WITH bumped AS ({self.bump}), added AS (INSERT INTO {self.messages} "
+            f"({self.columns}) SELECT {marks} FROM bumped RETURNING seq, role, "
+            f"content, citations, {q('timestamp')}) SELECT role, content, citations, "
+            f"{q('timestamp')} FROM (SELECT * FROM added UNION ALL (SELECT seq, role, content, "
+            f"citations, {q('timestamp')} FROM {self.messages} WHERE slot_id = %s "
+            f"ORDER BY seq DESC LIMIT {WINDOW})) AS recent ORDER BY seq DESC LIMIT {WINDOW}"
+        )
+
+    def append(self, slot: SlotId, k: int) -> list[dict[str, Any]]:
+        row_id = self.slots[slot][0]
+        values = self.values(row_id, 0, k)
+        role = values[2]
+        if connection.vendor == "postgresql":
+            return self.rows(self.one_statement, [role, row_id, role, row_id, *values[2:], row_id])
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(self.bump, [role, row_id, role])
+            bumped = cursor.fetchone()
+            if bumped is not None:
+                values[1] = bumped[0]
+                cursor.execute(self.insert_sql, values)
+            return self.rows(self.read, [row_id])
+
+    async def save(self, slot: SlotId, k: int) -> Any:
+        return await sync_to_async(self.append)(slot, k)
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+class AgentSquadInMemory(System):
+    """agent-squad's own ``SummarizingChatStorage`` over its ``InMemoryChatStorage``."""
+
+    label, database = "agent-squad wrapper (InMemory)", "process memory"
+
+    def __init__(self, slow: bool = False) -> None:
+        self.inner = self.make_inner()
+        summarizer = asummarize_slow if slow else asummarize
+        self.storage = SquadSummarizing(self.inner, summarizer, TRIGGER_AT, KEEP_LAST)
+
+    def make_inner(self) -> Any:
+        return InMemoryChatStorage()
+
+    async def prefill(self, slot: SlotId, n: int) -> None:
+        now = int(time.time() * 1000)
+        self.inner.conversations["#".join(slot)] = [
+            TimestampedMessage(role=role_of(k), content=[{"text": text_of(k)}], timestamp=now)
+            for k in range(n)
+        ]
+        await self.storage.fetch_chat(*slot)  # activates the buffer
+
+    async def save(self, slot: SlotId, k: int) -> Any:
+        return await self.storage.save_chat_message(*slot, message(k))
+
+    async def fetch(self, slot: SlotId) -> Any:
+        return await self.storage.fetch_chat(*slot)
+
+
+class AgentSquadLibsql(AgentSquadInMemory):
+    """agent-squad's ``SummarizingChatStorage`` over its ``SqlChatStorage`` (a libsql file)."""
+
+    label, database = "agent-squad wrapper (libsql)", "libsql file"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.unlink(missing_ok=True)
+        super().__init__()
+
+    def make_inner(self) -> Any:
+        return SqlChatStorage(url=f"file:{self.path}")
+
+    async def start(self) -> None:
+        await self.inner.initialize()
+
+    async def prefill(self, slot: SlotId, n: int) -> None:
+        now = int(time.time() * 1000)
+        rows = [(*slot, k, role_of(k), json.dumps([{"text": text_of(k)}]), now) for k in range(n)]
+        with sqlite3.connect(self.path) as db:  # bulk, beside the store's own connection
+            db.executemany("INSERT INTO conversations VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        await self.storage.fetch_chat(*slot)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class LangChain(System):
+    """LangChain's ``ConversationSummaryBufferMemory`` over ``SQLChatMessageHistory``
+    (SQLite); ``save_context`` stores the question and the answer at once, so the user
+    message's save stores both and the answer's does nothing."""
+
+    label, database = "LangChain summary buffer (SQL)", "SQLite (SQLAlchemy)"
+
+    def __init__(self, path: Path) -> None:
+        self.url = f"sqlite:///{path}"
+        path.unlink(missing_ok=True)
+        self.memories: dict[SlotId, Any] = {}
+
+    def memory(self, slot: SlotId) -> Any:
+        if slot not in self.memories:
+            import warnings
+
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            from langchain_classic.memory import ConversationSummaryBufferMemory
+            from langchain_community.chat_message_histories import SQLChatMessageHistory
+
+            history = SQLChatMessageHistory(session_id="#".join(slot), connection=self.url)
+            limit = (len(text_of(0)) + len(text_of(1))) // 4 * TRIGGER_AT
+            self.memories[slot] = ConversationSummaryBufferMemory(
+                llm=_fake_llm(), chat_memory=history, max_token_limit=limit, return_messages=True
+            )
+        return self.memories[slot]
+
+    async def prefill(self, slot: SlotId, n: int) -> None:
+        from langchain_core.messages import AIMessage, HumanMessage
+
+        kinds = {"user": HumanMessage, "assistant": AIMessage}
+        memory = self.memory(slot)
+        memory.chat_memory.add_messages([kinds[role_of(k)](content=text_of(k)) for k in range(n)])
+        memory.prune()  # the first summary, as agent-squad's activation
+
+    async def save(self, slot: SlotId, k: int) -> Any:
+        if k % 2 == 0:
+            self.memory(slot).save_context({"input": text_of(k)}, {"output": text_of(k + 1)})
+
+    async def fetch(self, slot: SlotId) -> Any:
+        return self.memory(slot).load_memory_variables({})
+
+
+def _fake_llm() -> Any:
+    from langchain_core.language_models.fake import FakeListLLM
+
+    class FakeSummaryLLM(FakeListLLM):
+        """Sleeps like :func:`summarize`; counts tokens as characters / 4."""
+
+        def _call(self, prompt: str, *args: Any, **kwargs: Any) -> str:
+            time.sleep(float(os.environ.get("BENCH_SUMMARIZER_SLEEP", "0")))
+            return f"[Summary] {len(prompt)} characters of earlier conversation."
+
+        def get_num_tokens(self, text: str) -> int:
+            return len(text) // 4
+
+        def get_num_tokens_from_messages(self, messages: list[Any], tools: Any = None) -> int:
+            return sum(len(str(m.content)) for m in messages) // 4
+
+    return FakeSummaryLLM(responses=["-"])
