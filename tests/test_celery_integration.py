@@ -24,13 +24,21 @@ from django.conf import settings
 
 from squad_memory.compression import log
 from squad_memory.models import Compression, Message, Slot
+from tests.celery_fixtures import FLUSHED_REDIS_URL
 from tests.celery_writer import SLOT
 from tests.conftest import buffer_of, require
 from tests.processes import database_url, wait_for
 
-pytestmark = [pytest.mark.services, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+# Transactional: the workers and writers are other processes, which see committed rows only.
+# One xdist worker runs them all: they flush one Redis database and start one Redis port.
+pytestmark = [
+    pytest.mark.services,
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.xdist_group("celery-broker"),
+]
 
-BROKER = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/1")
+BROKER = FLUSHED_REDIS_URL
 OWN_REDIS_PORT = int(os.environ.get("TEST_OWN_REDIS_PORT", "6390"))
 ROOT = Path(settings.BASE_DIR)
 

@@ -33,7 +33,9 @@ from tests.conftest import buffer_of, msg, texts
 from tests.tasks_support import DATABASE, IMMEDIATE
 
 KEY = ("u1", "s1", "agent")
-pytestmark = pytest.mark.django_db
+# Transactional: the saves enqueue on commit (transaction.on_commit), and the worker reads
+# the committed task rows.
+pytestmark = pytest.mark.django_db(transaction=True)
 pytest_plugins = ["tests.api_fixtures"]
 
 

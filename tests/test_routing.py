@@ -59,7 +59,7 @@ def statements() -> Iterator[Statements]:
     asyncio.run(sync_to_async(connections.close_all)())
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # async code runs on another thread
 def test_an_execute_wrapper_sees_every_statement_of_an_async_turn(statements: Statements) -> None:
     storage = store()
     storage.save_chat_messages_sync("u", "s", "a", [msg("user", "q0"), msg("assistant", "a0")])
@@ -121,7 +121,7 @@ def own_database(statements: Statements) -> Iterator[Statements]:
     connections["memory"].close()
 
 
-@pytest.mark.django_db(databases=["default", "memory"])
+@pytest.mark.django_db(transaction=True, databases=["default", "memory"])  # compresses on commit
 def test_a_database_of_its_own_gets_every_statement_and_transaction(
     own_database: Statements, tmp_path: Any
 ) -> None:
