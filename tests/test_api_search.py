@@ -116,6 +116,7 @@ def test_search_has_its_own_rate(users: Users, rates: Any) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)  # another connection locks the table the test wrote
 def test_a_slow_search_is_stopped_after_search_timeout(users: Users, settings: Any) -> None:
     """A search waiting on the message table (locked by another session, as a long
     migration or a bulk delete would) is cancelled by SEARCH_TIMEOUT, not left waiting."""

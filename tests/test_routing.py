@@ -143,7 +143,9 @@ def test_a_database_of_its_own_gets_every_statement_and_transaction(
     assert own_database.ours("memory")
 
 
-@pytest.mark.django_db(databases=["default", "memory"])
+# Transactional: own_database closes the "memory" connection at its end, which would close a
+# rolled-back test's transaction under it.
+@pytest.mark.django_db(transaction=True, databases=["default", "memory"])
 def test_the_api_posts_with_an_idempotency_key_in_a_database_of_its_own(
     own_database: Statements,
 ) -> None:
