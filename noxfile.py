@@ -56,7 +56,8 @@ def lint(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """The docs tier: the site, the docs' samples, the wheel and sdist, the layout."""
     install(session)
-    session.run(*PYTEST, "-m", "docs", *session.posargs)
+    # A module's tests on one process: the site and the packages are built once.
+    session.run(*PYTEST, "-m", "docs", "--dist", "loadfile", *session.posargs)
 
 
 @nox.session(python="3.11")

@@ -17,6 +17,7 @@
 # exit code 5): its selection is wrong.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+{  # read whole before it runs: an edit during a run cannot change the run
 
 VENV=${VENV:-.venv}
 PG_URL=${TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/squad_memory}
@@ -90,7 +91,9 @@ if want lint; then
 fi
 
 if want docs; then
-  pytest_pass "The docs tier: the site, the samples, the packaging, the layout" "$VENV" -- -m docs
+  # --dist loadfile: a module's tests on one process, so the site and the packages are built once
+  pytest_pass "The docs tier: the site, the samples, the packaging, the layout" "$VENV" \
+    -- -m docs --dist loadfile
 fi
 
 if want sqlite; then
@@ -154,3 +157,4 @@ if want django6; then
 fi
 
 exit $failed
+}
