@@ -51,7 +51,7 @@ pytest_pass() {  # pytest_pass LABEL VENV [VAR=value...] -- pytest arguments
   while [[ $1 != -- ]]; do vars+=("$1"); shift; done; shift
   echo "=== $label ==="
   env "${vars[@]}" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-    -n "$WORKERS" --dist loadgroup "$@"
+    -n "$WORKERS" --dist loadgroup --durations=5 "$@"
   code=$?
   case $code in
     0) ;;

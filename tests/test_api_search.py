@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -129,14 +128,13 @@ def test_a_slow_search_is_stopped_after_search_timeout(users: Users, settings: A
     release = threading.Timer(10, locker.rollback)  # the test ends even without the timeout
     release.start()
     try:
-        started = time.monotonic()
         response = client_for(users.owner).get("/api/search/?q=needle")
-        elapsed = time.monotonic() - started
     finally:
         release.cancel()
         locker.rollback()
         locker.close()
         locker.dec_thread_sharing()
-    assert response.status_code == 503 and elapsed < 5, (response.status_code, elapsed)
+    # 503, not the results the search finds once the timer releases the lock (after 10 s).
+    assert response.status_code == 503, response.content
     assert "0.5 seconds" in response.json()["detail"] and int(response["Retry-After"]) > 0
     assert len(client_for(users.owner).get("/api/search/?q=needle").json()["results"]) == 1
