@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-demo demo test test-sqlite test-postgres test-django6 bench bench-quick lint docs clean
+.PHONY: install install-demo demo test test-quick test-sqlite test-postgres test-django6 bench bench-quick lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,10 +14,15 @@ $(VENV)/.installed-demo: requirements.txt pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@
 
-## The tests, benchmarks and linters on top (requirements-dev.txt includes requirements.txt).
-$(VENV)/.installed-dev: requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -r requirements-dev.txt
+## The documentation site: Sphinx, MyST and what autodoc imports (requirements-docs.txt).
+$(VENV)/.installed-docs: requirements.txt requirements-docs.txt pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -r requirements-docs.txt
 	touch $@
+
+## The tests, benchmarks and linters on top (requirements-dev.txt includes the other two).
+$(VENV)/.installed-dev: requirements.txt requirements-docs.txt requirements-dev.txt pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $@ $(VENV)/.installed-docs
 
 install-demo: $(VENV)/.installed-demo
 
@@ -44,9 +49,14 @@ demo: install-demo
 	fi; \
 	$(BIN)/python manage.py demo $(DEMO_ARGS)
 
-## Every test pass CI runs (SQLite, PostgreSQL, Django 6.1 on Python 3.12).
+## Every test pass CI runs, each thing once (scripts/run-tests.sh says which): lint, the docs
+## tier, SQLite, PostgreSQL (and with prepared statements), MariaDB, Django 6.1 on Python 3.12.
 test: install
 	VENV=$(VENV) bash scripts/run-tests.sh
+
+## The core tier on SQLite: no process, broker, browser or site build.
+test-quick: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(or $(TEST_WORKERS),2) -m core
 
 test-sqlite: install
 	VENV=$(VENV) bash scripts/run-tests.sh sqlite
@@ -65,7 +75,7 @@ bench-quick: install
 
 ## The documentation site, into build/docs/ (offline, warnings as errors): open build/docs/index.html.
 DOCS_DIR = build/docs
-docs: install
+docs: $(VENV)/.installed-docs
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs $(DOCS_DIR)
 	@echo "The documentation is in $(DOCS_DIR)/index.html"
 

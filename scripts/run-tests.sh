@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
-# Runs the test passes: lint and types, the documentation site (build/docs/, offline,
-# warnings as errors), SQLite (Django 5.2), PostgreSQL (Django 5.2; and the storage paths
-# again with server-side binding and prepared statements), and Django 6.1 on
-# Python 3.12 (SQLite and PostgreSQL). With no argument, all of them; name passes to run only those
-# (lint docs sqlite postgres postgres-prepared mariadb django6).
-# Where PostgreSQL or Python 3.12 is missing, that pass is skipped with a reason,
-# except under CI=true, where every pass must run.
+# Runs the test passes, each thing once:
+#   lint               ruff (lint and format), mypy --strict, the import-linter contract
+#   docs               the docs tier on SQLite: the documentation site (Sphinx, warnings as
+#                      errors), the docs' samples, the wheel and sdist, the package's layout
+#   sqlite             every other tier on SQLite, Django 5.2: core, integration, bench;
+#                      the one pass of the tests that use no database
+#   postgres           the tests that use a database, on PostgreSQL, Django 5.2
+#   postgres-prepared  the storage paths again with server-side binding and prepared statements
+#   mariadb            the core storage on MariaDB/MySQL
+#   django6            Django 6.1 on Python 3.12: the core tier and the database tests
+#                      without brokers, workers or browsers, on SQLite and on PostgreSQL
+# With no argument, all of them; name passes to run only those. Each pytest pass runs on
+# TEST_WORKERS processes (pytest-xdist, default 2; each has its own test database).
+# Where a service or Python 3.12 is missing, that pass is skipped with a reason, except
+# under CI=true, where every pass must run. A pass that selects no test fails (pytest's
+# exit code 5): its selection is wrong.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+{  # read whole before it runs: an edit during a run cannot change the run
 
 VENV=${VENV:-.venv}
 PG_URL=${TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/squad_memory}
+MYSQL_URL=${TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/squad_memory}
+WORKERS=${TEST_WORKERS:-2}
 PASSES=" ${*:-all} "  # the passes named on the command line, or all
 CI=${CI:-}
 failed=0
@@ -23,10 +35,30 @@ missing() {  # missing WHAT: skip the pass, or fail under CI
 
 pg_up() { "$1/bin/python" -c "import psycopg,sys; psycopg.connect('${PG_URL%/*}/postgres', connect_timeout=3).close()" 2>/dev/null; }
 
-run() {  # run LABEL VENV [env...] -- pytest args
-  local label=$1 venv=$2; shift 2
+mysql_up() {
+  "$VENV/bin/python" - "$MYSQL_URL" <<'EOF' 2>/dev/null
+import sys, pymysql
+from urllib.parse import urlsplit
+url = urlsplit(sys.argv[1])
+pymysql.connect(host=url.hostname, port=url.port or 3306, user=url.username,
+                password=url.password or "", connect_timeout=3).close()
+EOF
+}
+
+pytest_pass() {  # pytest_pass LABEL VENV [VAR=value...] -- pytest arguments
+  local label=$1 venv=$2 started=$SECONDS code; shift 2
+  local vars=()
+  while [[ $1 != -- ]]; do vars+=("$1"); shift; done; shift
   echo "=== $label ==="
-  env "$@" || failed=1
+  env "${vars[@]}" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+    -n "$WORKERS" --dist loadgroup --durations=5 "$@"
+  code=$?
+  case $code in
+    0) ;;
+    5) echo "FAILED: $label selected no test" >&2; failed=1 ;;
+    *) failed=1 ;;
+  esac
+  echo "--- $label: $((SECONDS - started)) s (exit $code)"
 }
 
 find_python312() {  # the first candidate that really runs Python 3.12 (pyenv shims may not)
@@ -41,27 +73,38 @@ find_python312() {  # the first candidate that really runs Python 3.12 (pyenv sh
 
 want() { [[ "$PASSES" == " all " || "$PASSES" == *" $1 "* ]]; }
 
+#: The storage paths that server-side binding and prepared statements change.
+PREPARED_MODULES=(tests/test_models.py tests/test_routing.py tests/test_storage.py
+  tests/test_summarizing.py tests/test_stateful.py tests/test_concurrency.py tests/test_pgbouncer.py
+  tests/test_compression.py tests/test_api_views.py tests/test_tokens.py)
+MARIADB_MODULES=(tests/test_models.py tests/test_storage.py tests/test_summarizing.py
+  tests/test_foreign_stores.py)
+
 if want lint; then
+  started=$SECONDS
   echo "=== ruff (lint and format), mypy (strict) and the import layers ==="
   "$VENV/bin/ruff" check squad_memory project tests bench || failed=1
   "$VENV/bin/ruff" format --check squad_memory project tests bench || failed=1
   "$VENV/bin/mypy" squad_memory || failed=1
   PYTHONPATH=$PWD "$VENV/bin/lint-imports" || failed=1
+  echo "--- lint: $((SECONDS - started)) s"
 fi
 
-if want docs; then  # the site `make docs` builds; tests/test_docs.py runs its samples
-  echo "=== the documentation site (Sphinx, warnings as errors) ==="
-  "$VENV/bin/sphinx-build" -W --keep-going -q -b html docs build/docs || failed=1
+if want docs; then
+  # --dist loadfile: a module's tests on one process, so the site and the packages are built once
+  pytest_pass "The docs tier: the site, the samples, the packaging, the layout" "$VENV" \
+    -- -m docs --dist loadfile
 fi
 
 if want sqlite; then
-  run "SQLite, Django $($VENV/bin/python -c 'import django;print(django.get_version())')" "$VENV" \
-    "$VENV/bin/pytest" -m "not postgres" -q -p no:cacheprovider
+  pytest_pass "SQLite, Django $($VENV/bin/python -c 'import django;print(django.get_version())'): core, integration, bench" \
+    "$VENV" -- -m "not docs"
 fi
 
 if want postgres; then
   if pg_up "$VENV"; then
-    run "PostgreSQL, Django 5.2" "$VENV" DATABASE_URL="$PG_URL" "$VENV/bin/pytest" -q -p no:cacheprovider
+    pytest_pass "PostgreSQL, Django 5.2: the tests that use a database" "$VENV" \
+      DATABASE_URL="$PG_URL" -- -m "not nodb"
   else
     missing "PostgreSQL is not reachable at ${PG_URL%/*}: the PostgreSQL pass did not run (set TEST_POSTGRES_URL)"
   fi
@@ -69,23 +112,19 @@ fi
 
 if want postgres-prepared; then  # Django's server_side_binding + psycopg's prepared statements
   if pg_up "$VENV"; then
-    run "PostgreSQL with server-side binding and prepared statements, the storage paths" "$VENV" \
-      DATABASE_URL="${PG_URL}_prepared" DATABASE_PREPARED=1 "$VENV/bin/pytest" -q -p no:cacheprovider \
-      tests/test_models.py tests/test_routing.py tests/test_storage.py tests/test_summarizing.py \
-      tests/test_stateful.py tests/test_concurrency.py tests/test_pgbouncer.py tests/test_compression.py \
-      tests/test_api_views.py tests/test_tokens.py
+    pytest_pass "PostgreSQL with server-side binding and prepared statements, the storage paths" "$VENV" \
+      DATABASE_URL="${PG_URL}_prepared" DATABASE_PREPARED=1 -- -m "not nodb" "${PREPARED_MODULES[@]}"
   else
     missing "PostgreSQL is not reachable at ${PG_URL%/*}: the prepared-statements pass did not run"
   fi
 fi
 
-if want mariadb; then  # optional: the core storage on MariaDB/MySQL, where one answers
-  MYSQL_URL=${TEST_MYSQL_URL:-mysql://root@127.0.0.1:3306/squad_memory}
-  if "$VENV/bin/python" -c "import pymysql; pymysql.connect(host='127.0.0.1', user='root', connect_timeout=3).close()" 2>/dev/null; then
-    run "MariaDB/MySQL, core storage" "$VENV" DATABASE_URL="$MYSQL_URL" "$VENV/bin/pytest" -q -p no:cacheprovider \
-      tests/test_models.py tests/test_storage.py tests/test_summarizing.py tests/test_foreign_stores.py
+if want mariadb; then
+  if mysql_up; then
+    pytest_pass "MariaDB/MySQL, the core storage" "$VENV" DATABASE_URL="$MYSQL_URL" \
+      -- -m "not nodb" "${MARIADB_MODULES[@]}"
   else
-    echo "SKIPPED: MariaDB/MySQL is not reachable on 127.0.0.1:3306: the MariaDB pass did not run" >&2
+    missing "MariaDB/MySQL is not reachable at $MYSQL_URL: the MariaDB pass did not run (set TEST_MYSQL_URL)"
   fi
 fi
 
@@ -96,18 +135,20 @@ if want django6; then
   else
     V6=.venv-django6
     if [[ ! -f $V6/.installed || requirements.txt -nt $V6/.installed \
-          || requirements-dev.txt -nt $V6/.installed || pyproject.toml -nt $V6/.installed ]]; then
+          || requirements-dev.txt -nt $V6/.installed || requirements-docs.txt -nt $V6/.installed \
+          || pyproject.toml -nt $V6/.installed ]]; then
       "$PY312" -m venv $V6 && $V6/bin/pip install -q --upgrade pip \
         && $V6/bin/pip install -q -r requirements-dev.txt "Django>=6.1,<6.2" && touch $V6/.installed \
         || { echo "FAILED: could not install the Django 6.1 environment" >&2; failed=1; }
     fi
     if [[ -f $V6/.installed ]]; then
-      DJ6_PG_URL="${PG_URL}_dj6"
-      run "SQLite, Django $($V6/bin/python -c 'import django;print(django.get_version())')" "$V6" \
-        "$V6/bin/pytest" -m "not postgres and not services" -q -p no:cacheprovider
+      # The core tier whole (its checks of Django's behaviour use no database either), and the
+      # database tests of the other tiers; brokers, workers and browsers ran once, above.
+      pytest_pass "SQLite, Django $($V6/bin/python -c 'import django;print(django.get_version())')" "$V6" \
+        -- -m "not services and (core or not nodb)"
       if pg_up "$V6"; then
-        run "PostgreSQL, Django 6.1" "$V6" DATABASE_URL="$DJ6_PG_URL" \
-          "$V6/bin/pytest" -m "not services" -q -p no:cacheprovider
+        pytest_pass "PostgreSQL, Django 6.1: the tests that use a database" "$V6" \
+          DATABASE_URL="${PG_URL}_dj6" -- -m "not services and not nodb"
       else
         missing "PostgreSQL is not reachable: the Django 6.1 PostgreSQL pass did not run"
       fi
@@ -116,3 +157,4 @@ if want django6; then
 fi
 
 exit $failed
+}

@@ -15,8 +15,11 @@ import pytest
 from tests.conftest import extra, require
 
 FOLD = "tests.celery_summarizers.fold"
-#: The Redis database the tests own (flushed by them); TEST_REDIS_URL picks another.
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/1")
+#: The Redis database the tests' queues live in (TEST_REDIS_URL picks another): a number no
+#: project uses by accident. The tests never flush it; each process has queues of its own.
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+#: The Redis database a test may flush whole (Celery's ``unacked`` hash is per database).
+FLUSHED_REDIS_URL = os.environ.get("TEST_FLUSHED_REDIS_URL", "redis://127.0.0.1:6379/14")
 
 
 @pytest.fixture
@@ -70,7 +73,8 @@ def broker_down(celery_settings: Any) -> Iterator[Any]:
 
 @pytest.fixture
 def redis_queue(celery_settings: Any) -> Iterator[Any]:
-    """A real Redis broker (database 1) and a queue of our own; yields the Redis client."""
+    """A real Redis broker (``TEST_REDIS_URL``) and a queue of this process's own; yields
+    the Redis client."""
     import redis
 
     client = redis.Redis.from_url(REDIS_URL)
@@ -78,7 +82,7 @@ def redis_queue(celery_settings: Any) -> Iterator[Any]:
         client.ping()
     except redis.RedisError as exc:
         require(False, f"needs Redis at {REDIS_URL} as the Celery broker ({exc})")
-    queue = "squad-memory-unit-tests"
+    queue = f"squad-memory-unit-tests-{os.getpid()}"
     celery_settings.SQUAD_MEMORY = {**celery_settings.SQUAD_MEMORY, "CELERY_QUEUE": queue}
     client.delete(queue)
     client.queue_name = queue

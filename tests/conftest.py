@@ -40,18 +40,54 @@ def extra(module: str, name: str) -> Any:
     )
 
 
+#: The tiers beside the core one, by module (``tests/test_bench*.py`` are the benchmark's).
+#: Any other test is ``core``, and so is a new module until it is named here; a test marked
+#: ``services`` (a broker, a worker or a browser) is ``integration`` wherever it lives.
+TIERS = {
+    "integration": {  # they start processes, brokers, servers, workers or browsers
+        "test_admin_browser",
+        "test_api_docs_browser",
+        "test_api_optional",
+        "test_celery_integration",
+        "test_concurrency",
+        "test_demo",
+        "test_django_tasks_worker",
+        "test_pgbouncer",
+        "test_settings",
+        "test_sqlite_locks",
+    },
+    "docs": {"test_docs", "test_docs_site", "test_packaging", "test_layout"},
+}
+
+
+def tier(item: pytest.Item) -> str:
+    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+    if module.startswith("test_bench"):
+        return "bench"
+    for name, modules in TIERS.items():
+        if module in modules:
+            return name
+    return "integration" if item.get_closest_marker("services") else "core"
+
+
+def needs_a_database(item: pytest.Item) -> bool:
+    """Whether ``item`` uses the configured database: the passes on other databases run
+    only these (the others run in one pass)."""
+    names = getattr(item, "fixturenames", [])
+    return bool(
+        item.get_closest_marker("django_db")
+        or item.get_closest_marker("postgres")
+        or {"db", "transactional_db"} & set(names)
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        item.add_marker(tier(item))
+        if not needs_a_database(item):
+            item.add_marker("nodb")
         if item.get_closest_marker("postgres"):  # a copy: parametrized items share the list
             item.fixturenames = ["_needs_postgres", *item.fixturenames]
-        names = getattr(item, "fixturenames", [])
-        marker = item.get_closest_marker("django_db")
-        if marker is not None and marker.kwargs.get("transaction") is False:
-            continue  # a test about the caller's transaction: Django's TestCase wrapping
-        if marker is not None or "db" in names:
-            # Every database test commits for real: an inline compression runs on commit
-            # (transaction.on_commit), exactly as in a project's autocommit views and tasks.
-            names.append("transactional_db")
 
 
 @pytest.fixture(scope="session", autouse=True)

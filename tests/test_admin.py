@@ -228,6 +228,7 @@ def test_slot_page_shows_raw_history_buffer_and_compression_log(admin_client: Cl
     assert "BoomError: backend down" in log and "failed" in log and "no output" in log
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_buffer_pane_is_what_fetch_chat_returns(admin_client: Client) -> None:
     store = squad_memory.get_storage()
     for i in range(44):
@@ -410,6 +411,7 @@ def test_content_is_always_escaped(admin_client: Client) -> None:
 
 
 # -- actions on one slot ---------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_summarize_now_asks_then_compresses(admin_client: Client) -> None:
     slot = make_slot(20)
     confirm = admin_client.get(url("slot_summarize", slot.pk))
@@ -486,6 +488,7 @@ def test_summarize_a_foreign_slot_without_an_active_buffer_is_refused(admin_clie
     assert not Compression.objects.exists()
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_summarize_an_active_foreign_slot_compresses_its_journal(admin_client: Client) -> None:
     slot = make_slot(8, namespace="InMemoryChatStorage", active=True)
     admin_client.post(url("slot_summarize", slot.pk))
@@ -530,6 +533,7 @@ def _failing(history: list[Any], keep_last: int) -> list[Any]:
     raise RuntimeError("backend down")
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_summarize_now_reports_a_raising_summarizer(admin_client: Client, settings: Any) -> None:
     settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "SUMMARIZER": _failing, "ON_ERROR": "raise"}
     slot = make_slot(10)
@@ -719,6 +723,7 @@ def test_action_results_name_the_outcome() -> None:
     assert not actions.reset(slot).ok
 
 
+@pytest.mark.django_db(transaction=True)  # publishes on commit
 def test_summarize_now_in_celery_mode_queues_the_compression(
     admin_client: Client, redis_queue: Any, settings: Any
 ) -> None:

@@ -12,6 +12,8 @@ from squad_memory.models import Compression, Message, Slot
 from tests.browser_support import ARTIFACTS, browser_fixture  # noqa: F401
 from tests.conftest import msg
 
+# Transactional: the browser's requests run on the live server's thread, which sees committed
+# rows only.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
 T0 = 1_700_000_000_000

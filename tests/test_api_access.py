@@ -53,6 +53,7 @@ MATRIX: list[tuple[str, Call, tuple[int, int, int, int]]] = [
 ]
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 @pytest.mark.parametrize(("name", "call", "expected"), MATRIX, ids=[m[0] for m in MATRIX])
 def test_access_matrix(users: Users, name: str, call: Call, expected: tuple[int, ...]) -> None:
     slot = fill(users.owner, 4)
@@ -106,6 +107,7 @@ def test_reading_needs_no_permission_but_writing_does(users: Users) -> None:
     assert Slot.objects.get(pk=slot.pk).last_seq == 4
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_posting_and_managing_are_separate_permissions(users: Users) -> None:
     poster = make_user("poster", perms=("add_message",))
     slot = fill(poster, 2)

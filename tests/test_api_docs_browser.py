@@ -17,6 +17,8 @@ from tests.conftest import extra
 
 extra("rest_framework", "api")  # every test here talks to the REST API
 
+# Transactional: the browser's requests run on the live server's thread, which sees committed
+# rows only.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
 

@@ -39,6 +39,7 @@ def test_unknown_urls_under_the_api_are_json_404_without_a_middleware(
     assert b"<h1>" in client.get("/nope/").content  # only the API answers JSON
 
 
+@pytest.mark.django_db(transaction=True)  # publishes on commit
 def test_compress_with_the_broker_down_hides_internals_from_non_staff(
     users: Users, broker_down: Any, settings: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

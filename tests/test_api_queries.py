@@ -66,6 +66,7 @@ def test_queries_do_not_grow_with_history(
     assert big <= 12, f"{name}: {big} queries"
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_buffer_read_after_activation_is_constant(users: Users, count_queries: Any) -> None:
     client = client_for(users.owner)
     slot = fill(users.owner, 2000)

@@ -72,6 +72,7 @@ def test_a_keyed_post_stores_once_and_replays(users: Users, lagging_replica: Non
     assert stored() == ["q", "a"]
 
 
+@pytest.mark.django_db(transaction=True, databases=["default", "memory"])  # compresses on commit
 def test_compress_and_reset_of_a_new_slot_answer_from_the_primary(
     users: Users, lagging_replica: None
 ) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import string
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -120,6 +119,7 @@ def test_search_has_its_own_rate(users: Users, rates: Any) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)  # another connection locks the table the test wrote
 def test_a_slow_search_is_stopped_after_search_timeout(users: Users, settings: Any) -> None:
     """A search waiting on the message table (locked by another session, as a long
     migration or a bulk delete would) is cancelled by SEARCH_TIMEOUT, not left waiting."""
@@ -132,15 +132,14 @@ def test_a_slow_search_is_stopped_after_search_timeout(users: Users, settings: A
     release = threading.Timer(10, locker.rollback)  # the test ends even without the timeout
     release.start()
     try:
-        started = time.monotonic()
         response = client_for(users.owner).get("/api/search/?q=needle")
-        elapsed = time.monotonic() - started
     finally:
         release.cancel()
         locker.rollback()
         locker.close()
         locker.dec_thread_sharing()
-    assert response.status_code == 503 and elapsed < 5, (response.status_code, elapsed)
+    # 503, not the results the search finds once the timer releases the lock (after 10 s).
+    assert response.status_code == 503, response.content
     assert "0.5 seconds" in response.json()["detail"] and int(response["Retry-After"]) > 0
     assert len(client_for(users.owner).get("/api/search/?q=needle").json()["results"]) == 1
 

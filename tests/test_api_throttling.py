@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.conftest import extra
 
 extra("rest_framework", "api")  # throttling of the REST API
@@ -39,6 +41,7 @@ def test_anonymous_rate_applies_before_the_401(db: Any, rates: Any) -> None:
     assert_throttled(client.get("/api/slots/"))
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_compress_has_its_own_scope(users: Users, rates: Any) -> None:
     rates(user="100/minute", anon=None, **{COMPRESS_SCOPE: "1/minute"})
     slot = fill(users.owner, 4)

@@ -94,6 +94,7 @@ def test_raw_messages_flag_trimmed_ones(users: Users) -> None:
     assert [m["trimmed"] for m in results] == [True, True, False, False]
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_buffer_is_fetch_chat(users: Users) -> None:
     slot = fill(users.owner, 50)  # over the default trigger (20 pairs): activates on read
     body = client_for(users.owner).get(f"/api/slots/{slot.pk}/buffer/").json()
@@ -150,6 +151,7 @@ def test_post_batch_stores_as_given(users: Users) -> None:
     assert texts(expected) == ["a", "b", "c"]
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_post_crossing_the_trigger_compresses_like_a_python_save(users: Users) -> None:
     slot = fill(users.owner, 42)
     client_for(users.owner).get(f"/api/slots/{slot.pk}/buffer/")  # activates the buffer
@@ -175,6 +177,7 @@ def test_staff_post_for_another_user(users: Users) -> None:
     assert Slot.objects.get(session_id="s").user_id == str(users.owner.pk)
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_compress_now(users: Users) -> None:
     slot = fill(users.owner, 6)
     response = client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
@@ -201,6 +204,7 @@ def assert_summarizer_error(
     assert detailed or f"error id {body['error_id']}" in body["detail"]
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 @pytest.mark.parametrize("on_error", ["record", "raise"])
 def test_compress_failure_is_502_and_logged(
     users: Users, on_error: str, caplog: pytest.LogCaptureFixture
@@ -214,6 +218,7 @@ def test_compress_failure_is_502_and_logged(
     assert Compression.objects.filter(slot=slot).count() == 2
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_buffer_read_with_failing_summarizer_in_raise_mode_is_502(
     users: Users, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -225,6 +230,7 @@ def test_buffer_read_with_failing_summarizer_in_raise_mode_is_502(
     assert len(client.get(f"/api/slots/{slot.pk}/buffer/").json()["messages"]) >= 1
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_summarizer_details_need_staff_with_view_compression(
     users: Users, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -235,6 +241,7 @@ def test_summarizer_details_need_staff_with_view_compression(
     assert_summarizer_error(response, slot, caplog, detailed=False)
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_post_with_failing_summarizer_in_raise_mode_keeps_the_message(
     users: Users, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -301,6 +308,7 @@ def test_schema_and_docs_are_served(db: Any) -> None:
     assert Client().get("/api/docs/").status_code == 200
 
 
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_slots_and_buffers_show_tokens_next_to_length(users: Users) -> None:
     slot = fill(users.owner, 50)
     client = client_for(users.owner)

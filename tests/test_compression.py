@@ -25,7 +25,8 @@ from tests.api_support import Users, client_for, fill, text_of
 from tests.conftest import extra, msg
 
 pytest_plugins = ["tests.api_fixtures"]
-pytestmark = pytest.mark.django_db
+# Transactional: the compressions these tests ask for run on commit (transaction.on_commit).
+pytestmark = pytest.mark.django_db(transaction=True)
 
 FOLD = "tests.celery_summarizers.fold"
 #: Messages of two sentences: the offline summarizer keeps the first, so it compresses.

@@ -219,7 +219,7 @@ def close_worker_connections() -> Iterator[None]:
     asyncio.run(sync_to_async(connections.close_all)())
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # the demo runs async code on other threads
 @pytest.mark.usefixtures("close_worker_connections")
 def test_demo_in_process_keeps_an_existing_password() -> None:
     from django.contrib.auth import get_user_model

@@ -59,7 +59,7 @@ def test_a_mode_that_names_no_dispatcher_is_reported(
     assert [m.id for m in check_settings()] == ["squad_memory.E006"]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # its compression runs on another thread
 def test_the_documented_dispatcher_compresses_off_the_saving_thread(
     documented: ModuleType, settings: Any
 ) -> None:

@@ -35,6 +35,7 @@ from tests.processes import database_url, wait_for
 extra("django_tasks_db", "tasks")
 
 ROOT = Path(settings.BASE_DIR)
+# Transactional: the workers are other processes, which see committed rows only.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 

@@ -77,6 +77,8 @@ DIRECTIVE = "{"
 FILE_LINE = re.compile(r"^# ((?:\w+/)+\w+\.py)\n")
 SHELL = {"bash", "sh", "shell", "console"}
 
+# Transactional: the samples save as a project does, in autocommit, and their inline
+# compressions run on commit (transaction.on_commit).
 pytestmark = pytest.mark.django_db(transaction=True)
 
 

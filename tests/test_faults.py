@@ -25,7 +25,9 @@ from tests import summarizers
 from tests.celery_fixtures import queued_args
 from tests.conftest import msg, texts
 
-pytestmark = pytest.mark.django_db
+# Transactional: the compressions run on commit (transaction.on_commit), some on threads of
+# their own.
+pytestmark = pytest.mark.django_db(transaction=True)
 pytest_plugins = ["tests.celery_fixtures"]
 
 KEY = ("u", "s", "a")

@@ -19,6 +19,8 @@ from squad_memory.storage import SummarizingChatStorage
 from tests import summarizers
 from tests.conftest import msg, texts
 
+# Transactional: an inline compression runs on commit (transaction.on_commit), as in a
+# project's autocommit code; a rolled-back test would never run it.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 

@@ -1,10 +1,10 @@
-"""The package's shape: a few subpackages grouped by concept, layers that only import
-downward, short import chains, and a size a newcomer can hold."""
+"""The package's shape: a few subpackages grouped by concept, a few layers and short import
+chains. That the layers only import downward is import-linter's contract (pyproject.toml),
+which the lint pass checks (``make lint``)."""
 
 from __future__ import annotations
 
 import functools
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -28,15 +28,6 @@ def units() -> list[str]:
 
 def test_at_most_20_top_level_modules_and_subpackages() -> None:
     assert len(units()) <= 20, units()
-
-
-def test_the_package_outside_migrations_is_at_most_8000_lines() -> None:
-    lines = sum(
-        len(path.read_text().splitlines())
-        for path in PACKAGE.rglob("*.py")
-        if "migrations" not in path.parts
-    )
-    assert lines <= 8000
 
 
 def test_the_import_contract_has_at_most_8_layers() -> None:
@@ -75,18 +66,3 @@ def test_no_import_chain_passes_through_more_than_8_units() -> None:
         return 1 + max((longest(n, seen | {unit}) for n in edges[unit]), default=0)
 
     assert max(longest(unit) for unit in edges) <= 8
-
-
-def test_the_import_layers_hold() -> None:
-    linter = Path(sys.executable).with_name("lint-imports")
-    if not linter.exists():
-        pytest.skip("import-linter is not installed (requirements-dev.txt)")
-    done = subprocess.run(
-        [str(linter)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr

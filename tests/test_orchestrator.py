@@ -18,6 +18,8 @@ from squad_memory.operations import transfer
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from tests import summarizers
 
+# Transactional: an inline compression runs on commit (transaction.on_commit), as in a
+# project's autocommit code; a rolled-back test would never run it.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,49 +31,52 @@ LOCAL = (
 )
 
 
-@pytest.fixture
-def source(tmp_path: Path) -> Iterator[Path]:
-    """A copy of the checkout to build from: setuptools writes build/ and *.egg-info into
-    the tree it builds, and the checkout must not keep them (make clean is for yours)."""
+@dataclass(frozen=True)
+class Built:
+    """What ``python -m build`` made of a copy of the checkout, as a release is built: the
+    sdist, and the wheel built from that sdist."""
+
+    sdist: Path
+    wheel: Path
+
+    def sdist_names(self) -> list[str]:
+        with tarfile.open(self.sdist) as archive:
+            return [name.split("/", 1)[1] for name in archive.getnames() if "/" in name]
+
+    def wheel_text(self, suffix: str) -> str:
+        wheel = zipfile.ZipFile(self.wheel)
+        return wheel.read(next(n for n in wheel.namelist() if n.endswith(suffix))).decode()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """Built once for the module, from a copy of the checkout: setuptools writes build/ and
+    *.egg-info into the tree it builds, and the checkout must not keep them (make clean is
+    for yours)."""
     before = sorted(p.name for p in ROOT.iterdir())
-    copy = tmp_path / "src"
+    copy, out = tmp_path_factory.mktemp("src") / "src", tmp_path_factory.mktemp("dist")
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*LOCAL), symlinks=True)
-    yield copy
-    assert sorted(p.name for p in ROOT.iterdir()) == before
-
-
-def test_wheel_contains_the_app_typed(tmp_path: Path, source: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
-        check=True,
-        capture_output=True,
+        [sys.executable, "-m", "build", "-o", str(out), str(copy)], check=True, capture_output=True
     )
-    wheel = next(tmp_path.glob("squad_memory-*.whl"))
-    names = set(zipfile.ZipFile(wheel).namelist())
+    assert sorted(p.name for p in ROOT.iterdir()) == before
+    return Built(next(out.glob("squad_memory-*.tar.gz")), next(out.glob("squad_memory-*.whl")))
+
+
+def test_wheel_contains_the_app_typed(built: Built) -> None:
+    names = set(zipfile.ZipFile(built.wheel).namelist())
     assert "squad_memory/py.typed" in names
     assert "squad_memory/migrations/0001_initial.py" in names
     assert any(n.startswith("squad_memory/templates/") for n in names)
     assert not any(n.startswith(("tests/", "project/", "bench/")) for n in names)
-    metadata = next(n for n in names if n.endswith("METADATA"))
-    text = zipfile.ZipFile(wheel).read(metadata).decode()
+    text = built.wheel_text("METADATA")
     assert "Requires-Dist: Django>=5.2" in text and "Requires-Dist: agent-squad>=1.1.4" in text
     # The version is written once, in squad_memory/__init__.py; the metadata reads it there.
     assert f"\nVersion: {squad_memory.__version__}\n" in text
 
 
-def sdist_names(tmp_path: Path, source: Path) -> list[str]:
-    subprocess.run(
-        [sys.executable, "-m", "build", "--sdist", "-o", str(tmp_path), str(source)],
-        check=True,
-        capture_output=True,
-    )
-    sdist = next(tmp_path.glob("squad_memory-*.tar.gz"))
-    with tarfile.open(sdist) as archive:
-        return [name.split("/", 1)[1] for name in archive.getnames() if "/" in name]
-
-
-def test_sdist_ships_the_app_and_no_partial_test_suite(tmp_path: Path, source: Path) -> None:
-    names = set(sdist_names(tmp_path, source))
+def test_sdist_ships_the_app_and_no_partial_test_suite(built: Built) -> None:
+    names = set(built.sdist_names())
     # No test module without its helpers (conftest, support modules): none at all.
     assert not any(n.startswith("tests") for n in names), sorted(names)
     assert {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "PKG-INFO"} <= names
@@ -86,21 +89,10 @@ def test_sdist_ships_the_app_and_no_partial_test_suite(tmp_path: Path, source: P
     assert not any(n.startswith(("project/", "bench/", "scripts/")) for n in names)
 
 
-def test_sdist_builds_the_same_wheel_with_license_and_classifiers(
-    tmp_path: Path, source: Path
-) -> None:
-    sdist_names(tmp_path, source)
-    sdist = next(tmp_path.glob("squad_memory-*.tar.gz"))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(sdist)],
-        check=True,
-        capture_output=True,
-    )
-    wheel = zipfile.ZipFile(next(tmp_path.glob("squad_memory-*.whl")))
-    names = set(wheel.namelist())
-    assert "squad_memory/migrations/0001_initial.py" in names and "squad_memory/py.typed" in names
+def test_the_wheel_from_the_sdist_has_the_license_and_classifiers(built: Built) -> None:
+    names = set(zipfile.ZipFile(built.wheel).namelist())
     assert any(n.endswith("/licenses/LICENSE") for n in names)
-    text = wheel.read(next(n for n in names if n.endswith("METADATA"))).decode()
+    text = built.wheel_text("METADATA")
     assert "License-Expression: MIT" in text
     assert "Classifier: Framework :: Django :: 5.2" in text
     assert "Classifier: Framework :: Django :: 6.1" in text

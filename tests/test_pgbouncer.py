@@ -17,13 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.pgbouncer_server import PgBouncer, binary
 from django.db import connection
 
-from bench.pgbouncer import PgBouncer, binary
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from tests import summarizers
 from tests.conftest import require, texts
 
+# Transactional: the clients are other processes, through PgBouncer, which see committed rows.
 pytestmark = [pytest.mark.postgres, pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parent.parent

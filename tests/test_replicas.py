@@ -19,6 +19,7 @@ from squad_memory.models import Compression, Message, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from tests.conftest import msg, texts
 
+# Transactional: the replica's connection sees the primary's committed rows only.
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.django_db(transaction=True, databases=["default", "replica"]),

@@ -20,6 +20,7 @@ from django.test import Client, override_settings
 from squad_memory.models import Slot
 from squad_memory.operations import forgetting, transfer
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
+from squad_memory.threads import close_database_threads
 from tests.conftest import extra, msg, texts
 
 TABLES = ("squad_memory_slot", "squad_memory_message", "squad_memory_compression")
@@ -53,13 +54,14 @@ def statements() -> Iterator[Statements]:
     wrapper = Statements()
     connections.close_all()
     asyncio.run(sync_to_async(connections.close_all)())
+    close_database_threads()  # new threads, new connections (an in-memory SQLite never closes)
     connection_created.connect(wrapper.install)
     yield wrapper
     connection_created.disconnect(wrapper.install)
     asyncio.run(sync_to_async(connections.close_all)())
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # async code runs on another thread
 def test_an_execute_wrapper_sees_every_statement_of_an_async_turn(statements: Statements) -> None:
     storage = store()
     storage.save_chat_messages_sync("u", "s", "a", [msg("user", "q0"), msg("assistant", "a0")])
@@ -121,7 +123,7 @@ def own_database(statements: Statements) -> Iterator[Statements]:
     connections["memory"].close()
 
 
-@pytest.mark.django_db(databases=["default", "memory"])
+@pytest.mark.django_db(transaction=True, databases=["default", "memory"])  # compresses on commit
 def test_a_database_of_its_own_gets_every_statement_and_transaction(
     own_database: Statements, tmp_path: Any
 ) -> None:
@@ -143,7 +145,9 @@ def test_a_database_of_its_own_gets_every_statement_and_transaction(
     assert own_database.ours("memory")
 
 
-@pytest.mark.django_db(databases=["default", "memory"])
+# Transactional: own_database closes the "memory" connection at its end, which would close a
+# rolled-back test's transaction under it.
+@pytest.mark.django_db(transaction=True, databases=["default", "memory"])
 def test_the_api_posts_with_an_idempotency_key_in_a_database_of_its_own(
     own_database: Statements,
 ) -> None:

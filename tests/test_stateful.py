@@ -163,7 +163,7 @@ class AsyncStorageMachine(StorageMachine):
     use_async = True
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # the saves compress on commit
 @pytest.mark.parametrize("machine", [StorageMachine, AsyncStorageMachine], ids=["sync", "async"])
 def test_storage_matches_the_reference_model(machine: type[StorageMachine]) -> None:
     run_state_machine_as_test(

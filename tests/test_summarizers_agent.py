@@ -78,7 +78,7 @@ def close_worker_connections() -> Iterator[None]:
     asyncio.run(sync_to_async(connections.close_all)())
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # compresses on commit, from async code
 @pytest.mark.usefixtures("close_worker_connections")
 def test_agent_summarizer_in_the_storage() -> None:
     agent = NotesAgent()

@@ -175,7 +175,7 @@ def test_reply_becomes_the_marked_summary(llm: FakeLLM) -> None:
     assert [m.role for m in out] == ["user", "assistant", "user", "assistant"]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_a_second_compression_never_resends_folded_messages(llm: FakeLLM) -> None:
     llm.replies = [Reply(body=completion("first summary")), Reply(body=completion("second"))]
     storage = SummarizingChatStorage(
@@ -233,7 +233,7 @@ class Verbose:
         return previous + "\n" + prompt.split("<new_messages>\n")[1].split("\n</new_")[0]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_a_growing_summary_survives_many_compressions_in_a_row() -> None:
     # max_chars above the setting: the summary keeps to MAX_SUMMARY_CHARS, or is refused.
     with override_settings(SQUAD_MEMORY={"MAX_SUMMARY_CHARS": 1500}):
@@ -303,7 +303,7 @@ def test_anthropic_backend(llm: FakeLLM) -> None:
         summ(conversation(10), 1)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_storage_records_a_500_then_the_next_save_succeeds(llm: FakeLLM) -> None:
     llm.replies = [
         Reply(status=500, body={"error": {"message": "overloaded"}}),
@@ -330,7 +330,7 @@ def test_storage_records_a_500_then_the_next_save_succeeds(llm: FakeLLM) -> None
     assert len(storage.fetch_all_chats_sync("u", "s")) == 9  # raw history kept whole
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_settings_path_summarizer(llm: FakeLLM) -> None:
     llm.replies = [Reply(body=completion("From settings."))]
     config = {

@@ -71,7 +71,7 @@ def test_offline_uses_the_setting_cap() -> None:
     assert len(out[0].content[0]["text"]) <= 300
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 @pytest.mark.parametrize("max_chars", [None, 5000])
 def test_offline_survives_many_compressions_in_a_row(max_chars: int | None) -> None:
     # 5000 is above the setting: the summarizer keeps to MAX_SUMMARY_CHARS, or is refused.
@@ -143,7 +143,7 @@ def test_split_keeps_previous_summary_out_of_the_fold() -> None:
     assert part.previous == "before" and not any(is_summary(m) for m in part.fold)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_default_storage_compresses_with_offline() -> None:
     storage = get_storage()
     for i, message in enumerate(conversation(45)):

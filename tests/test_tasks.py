@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -37,6 +36,7 @@ from squad_memory.tasks import sweep as sweep_task
 from tests import celery_summarizers as cs
 from tests.celery_fixtures import FOLD, REDIS_URL, _use_broker, queued_args
 from tests.conftest import buffer_of, msg, require, texts
+from tests.processes import wait_for
 from tests.proxy import HangingProxy
 
 KEY = ("u1", "s1", "agent")
@@ -260,11 +260,11 @@ def test_broker_down_the_save_succeeds_fast_and_the_claim_is_released(
         save_pairs(0, 3, store)
         store.fetch_chat_sync(*KEY)  # activation: its claim cannot be published
     assert slot().active and slot().pending_token == ""
-    started = time.monotonic()
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         save_pairs(3, 4, store)  # crosses the threshold: claims, then fails to publish
-    elapsed = time.monotonic() - started
-    assert len(callbacks) == 1 and elapsed < 1.5
+    assert len(callbacks) == 1
+    # Fast: the refusal ended the publish, which never waited out PUBLISH_TIMEOUT.
+    assert "no answer within" not in caplog.text
     s = slot()
     assert s.active and (s.state, s.pending_token, s.buffer_length) == ("active", "", 8)
     assert texts(store.fetch_chat_sync(*KEY)) == pair_texts(0, 4)
@@ -321,7 +321,7 @@ def test_sweep_can_activate_inactive_slots(
     assert buffer_texts() == ["S(u0+a0+u1+a1+u2+a2)", "u3", "a3"]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # compresses on commit
 def test_sweep_in_inline_mode_compresses_right_away(celery_settings: Any) -> None:
     celery_settings.SQUAD_MEMORY = {**celery_settings.SQUAD_MEMORY, "MODE": "inline"}
     _over_threshold_slot("a")
@@ -363,14 +363,14 @@ def broker(request: Any) -> tuple[str, tuple[str, int], str]:
 
 
 @pytest.mark.services
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # the saves publish on commit, from threads of their own
 @pytest.mark.parametrize("broker", ["redis", "amqp"], indirect=True)
 def test_a_hanging_broker_leaves_no_thread_and_queueing_resumes(
     broker: Any, celery_settings: Any, caplog: Any
 ) -> None:
     """The hang starts before the process ever reached the broker: every publish gives up
-    within PUBLISH_TIMEOUT, its thread ends soon after, and once the broker answers again
-    the next saves are queued."""
+    after PUBLISH_TIMEOUT (the save returns, the claim released), its thread ends by itself
+    soon after, and once the broker answers again the next saves are queued."""
     scheme, target, tail = broker
     proxy = HangingProxy(target)
     queue = f"squad-memory-hang-tests-{os.getpid()}"  # concurrent runs keep apart
@@ -385,17 +385,19 @@ def test_a_hanging_broker_leaves_no_thread_and_queueing_resumes(
         for app in _use_broker(f"{scheme}://{auth}127.0.0.1:{proxy.port}{tail}"):
             save_pairs(0, 3, store)
             store.fetch_chat_sync(*KEY)  # activates: the first publish, into the hang
-            started = time.monotonic()
             save_pairs(3, 23, store)  # each save crosses the threshold and publishes
-            elapsed = time.monotonic() - started
             assert caplog.text.count("Could not enqueue the compression") == 21
-            assert elapsed < 20 * (0.5 + 0.5), f"20 saves took {elapsed:.1f} s"
-            wait = time.monotonic() + 10
-            while _publish_threads() and time.monotonic() < wait:
-                time.sleep(0.1)
+            # Every save returned although the broker never answered: each publish gave up.
+            assert not slot().pending_token and proxy.accepted["held"] >= 1
+            for thread in threading.enumerate():  # each ends once its socket times out
+                if thread.name == "squad-memory-publish":
+                    thread.join(120)  # a bound for a broken build, not a timing
             assert _publish_threads() == 0, "publish threads are still blocked on the broker"
 
             proxy.recover()
+            # The hang is over: a publish now waits for the broker's answer, however busy
+            # the machine, so that each save below is queued for certain.
+            celery_settings.SQUAD_MEMORY = {**celery_settings.SQUAD_MEMORY, "PUBLISH_TIMEOUT": 60}
             for i in range(23, 26):
                 save_pairs(i, i + 1, store)
                 assert slot().pending_token, f"save {i} after the recovery was not queued"
@@ -403,9 +405,8 @@ def test_a_hanging_broker_leaves_no_thread_and_queueing_resumes(
             assert cs.CALLS == [] and proxy.accepted["forwarded"] >= 1
             with app.connection_for_write() as connection:
                 waiting = connection.SimpleQueue(queue)
-                deadline = time.monotonic() + 10  # AMQP publishes land asynchronously
-                while waiting.qsize() < 3 and time.monotonic() < deadline:
-                    time.sleep(0.1)
+                # AMQP publishes land asynchronously: wait until the three are there.
+                wait_for(lambda q=waiting: q.qsize() >= 3, 120, "the three tasks in the queue")
                 try:
                     assert waiting.qsize() == 3
                 finally:

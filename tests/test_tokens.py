@@ -21,6 +21,8 @@ from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from tests.celery_fixtures import queued_args
 from tests.conftest import extra, msg, texts
 
+# Transactional: an inline compression runs on commit (transaction.on_commit), as in a
+# project's autocommit code; a rolled-back test would never run it.
 pytestmark = pytest.mark.django_db(transaction=True)
 pytest_plugins = ["tests.celery_fixtures"]
 
