@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.pgbouncer_server import PgBouncer, binary
 from django.db import connection
 
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from tests import summarizers
 from tests.conftest import require, texts
+from tests.pgbouncer_server import PgBouncer, binary
 
 # Transactional: the clients are other processes, through PgBouncer, which see committed rows.
 pytestmark = [pytest.mark.postgres, pytest.mark.services, pytest.mark.django_db(transaction=True)]
