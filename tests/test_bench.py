@@ -90,6 +90,8 @@ def test_the_concurrency_runs_report_throughput_latency_and_connections(
     from bench.__main__ import CONCURRENCY, QUICK
 
     assert list(quick_run["W4"]) == [label for label, *_ in CONCURRENCY]
+    rtt = quick_run["round_trip_ms"]  # the proxy holds each reply 1.5 ms
+    assert rtt["proxied"] >= rtt["local"] + 1, rtt
     for label, run in quick_run["W4"].items():
         assert set(run["by_count"]) == {str(k) for k in QUICK["counts"]}, label
         for k, got in run["by_count"].items():
