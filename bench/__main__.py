@@ -43,7 +43,7 @@ FULL: dict[str, Any] = {
     "counts": [1, 10, 40],  # W4: conversations at once
     "conv_turns": 25,  # W4: turns per conversation
     "slow_conv_turns": 8,  # W4 with the slow summarizer (trigger_at 4, keep_last 1)
-    "delay_s": 0.001,  # W4: the proxy's delay each way
+    "delay_s": 0.0015,  # W4: the proxy's delay of each reply
 }
 QUICK: dict[str, Any] = {
     **FULL,
@@ -283,7 +283,21 @@ class Run:
                 )
 
         with self.process(cmd, PG_URL, "ready"):
+            self.results["round_trip_ms"] = {"local": _ping(PG_URL), "proxied": _ping(far)}
             self.results["W4"] = dict(self.each(one, CONCURRENCY))
+
+
+def _ping(url: str) -> float:
+    """The median ms of a ``SELECT 1`` round trip to the database at ``url``."""
+    import psycopg
+
+    with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as conn:
+        times = []
+        for _ in range(200):
+            started = time.perf_counter()
+            conn.execute("SELECT 1").fetchone()
+            times.append(time.perf_counter() - started)
+    return sorted(times)[100] * 1000
 
 
 @contextlib.contextmanager

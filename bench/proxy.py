@@ -1,6 +1,8 @@
-"""A TCP proxy that puts a database ``delay`` seconds away each way (a managed database is
-about 1 ms away, 2 ms a round trip): ``python -m bench.proxy PORT TARGET_HOST TARGET_PORT
-DELAY``. It listens on 127.0.0.1 and stops when its parent closes its standard input."""
+"""A TCP proxy that puts a database farther away, as a managed database is (about 2 ms a
+round trip): ``python -m bench.proxy PORT TARGET_HOST TARGET_PORT DELAY`` holds every reply
+DELAY seconds (the event loop's timer adds its own fraction of a millisecond, so the whole
+delay sits on one side). It listens on 127.0.0.1 and stops when its parent closes its
+standard input."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ async def serve(port: int, host: str, target: int, delay: float) -> None:
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         server_r, server_w = await asyncio.open_connection(host, target)
         await asyncio.gather(
-            pipe(client_r, server_w, delay),
+            pipe(client_r, server_w, 0.0),
             pipe(server_r, client_w, delay),
             return_exceptions=True,
         )

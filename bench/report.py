@@ -200,7 +200,7 @@ def w2_to_w3(r: dict[str, Any]) -> list[str]:
 
 
 def w4(r: dict[str, Any]) -> list[str]:
-    p = r["params"]
+    p, rtt = r["params"], r.get("round_trip_ms", {})
     lines = [
         "## W4: many conversations in one event loop (PostgreSQL)",
         "",
@@ -209,8 +209,10 @@ def w4(r: dict[str, Any]) -> list[str]:
         f"one event loop: {p['conv_turns']} turns each (trigger_at 20, keep_last 2, "
         f"summarizer sleeping 0 s), or with a sync summarizer sleeping {p['slow_sleep']} s "
         f'{p["slow_conv_turns"]} turns each (trigger_at 4, keep_last 1). "2 ms away": '
-        f"through a TCP proxy the run starts on 127.0.0.1 that holds every packet "
-        f"{p['delay_s'] * 1000:g} ms each way. Tasks mode: a `manage.py db_worker` runs the "
+        f"through a TCP proxy the run starts on 127.0.0.1 that holds every reply "
+        f"{p['delay_s'] * 1000:g} ms (a `SELECT 1` round trip: {f(rtt.get('proxied'))} ms "
+        f"median through it, {f(rtt.get('local'))} ms without). Tasks mode: a "
+        "`manage.py db_worker` runs the "
         'compressions. Latencies in ms; "others\' fetch p99": fetch_chat calls that overlap '
         "a summary of another conversation (inline mode); connections: the most server "
         "connections of the process seen in `pg_stat_activity` (sampled every 20 ms).",
