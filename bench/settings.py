@@ -14,6 +14,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"squad_memory": {"handlers": ["console"], "level": "WARNING"}},
 }
+# Connections outlive a call, as a deployment serving async callers sets CONN_MAX_AGE (the
+# async API's database threads honour it); Django's pool lends one per call instead.
+DATABASES["default"]["CONN_MAX_AGE"] = 0 if os.environ.get("BENCH_POOL") == "1" else None  # noqa: F405
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
     OPTIONS = DATABASES["default"].setdefault("OPTIONS", {})  # noqa: F405
     # The name the concurrency workload counts this process's server connections by.
