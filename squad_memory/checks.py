@@ -17,17 +17,9 @@ from django.utils.module_loading import import_string
 
 from squad_memory.compression import dispatcher_class
 from squad_memory.compression.policy import ON_ERROR, choice_problems, limits_problems
-from squad_memory.conf import (
-    DEFAULTS,
-    LLM_NUMBERS,
-    NUMBERS,
-    SETTING_NAME,
-    app_settings,
-    number_problem,
-)
+from squad_memory.conf import DEFAULTS, SETTING_NAME, app_settings
 from squad_memory.exceptions import ConfigurationError
 from squad_memory.models import Limits
-from squad_memory.rules import idempotency_ttl_problem, retain_days_problem
 
 
 def _error(text: str, check_id: str, hint: str | None = None) -> Error:
@@ -102,31 +94,20 @@ def _choices() -> list[CheckMessage]:
 _NUMBER_IDS = {
     "MAX_ID_LENGTH": "E010",
     "MAX_SUMMARY_CHARS": "E021",
+    "RETAIN_DAYS": "E030",
     "MAX_CONTENT_BLOCKS": "E050",
     "MAX_CITATIONS": "E050",
 }
 
 
 def _numbers() -> list[CheckMessage]:
-    """E009 (E010, E021): each numeric setting in its range (:data:`NUMBERS`); E025: ``LLM``'s."""
-    errors: list[CheckMessage] = [
-        Error(problem, id=f"squad_memory.{_NUMBER_IDS.get(name, 'E009')}")
-        for name in NUMBERS
-        if (problem := number_problem(name, app_settings.raw(name))) is not None
+    """E009 (E010, E021, E030, E025 for ``LLM``'s): each numeric setting in its range."""
+    return [
+        Error(
+            problem, id=f"squad_memory.{_NUMBER_IDS.get(name, 'E025' if '.' in name else 'E009')}"
+        )
+        for name, problem in app_settings.number_problems()
     ]
-    llm = app_settings.raw("LLM")
-    if isinstance(llm, dict):
-        merged = {**DEFAULTS["LLM"], **llm}
-        errors += [
-            Error(problem, id="squad_memory.E025")
-            for name in LLM_NUMBERS
-            if (problem := number_problem(name, merged[name], LLM_NUMBERS)) is not None
-        ]
-    if (retain := retain_days_problem(app_settings.raw("RETAIN_DAYS"))) is not None:
-        errors.append(Error(retain, id="squad_memory.E030"))
-    if (ttl := idempotency_ttl_problem(app_settings.raw("IDEMPOTENCY_TTL"))) is not None:
-        errors.append(Error(ttl, id="squad_memory.E009"))
-    return errors
 
 
 _LLM_PATH = "squad_memory.summarizers.llm.summarize"

@@ -76,7 +76,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-#: The longest time setting, in days (further out, a cutoff date would overflow).
+#: The longest time setting, in days (a cutoff date further back would be before year 1).
 MAX_DAYS = 36525
 
 
@@ -92,13 +92,11 @@ class Range:
     above: bool = False
 
     def accepts(self, value: Any) -> bool:
-        if value is None:
-            return self.optional
-        if isinstance(value, bool) or not isinstance(value, int if self.integer else int | float):
+        if value is None or isinstance(value, bool):
+            return value is None and self.optional
+        if not isinstance(value, int if self.integer else int | float) or not math.isfinite(value):
             return False
-        if not math.isfinite(value) or value > self.high:
-            return False
-        return value > self.low if self.above else value >= self.low
+        return self.low < value <= self.high if self.above else self.low <= value <= self.high
 
     def __str__(self) -> str:
         kind = "an integer" if self.integer else "a number"
@@ -107,9 +105,9 @@ class Range:
         return f"{'None or ' if self.optional else ''}{kind} {low}{high}"
 
 
-#: The range of every numeric setting the system checks and :class:`Settings` check (the sizes
-#: ``TRIGGER_AT``... are checked together by the compression policy; ``RETAIN_DAYS`` and
-#: ``IDEMPOTENCY_TTL`` by :mod:`squad_memory.rules`; ``TASKS_PRIORITY`` by the task backend).
+#: The range of each numeric setting, checked by the system checks and where it is read (the
+#: sizes are checked together by the compression policy, ``TASKS_PRIORITY`` by the task
+#: backend); ``LLM.`` names the keys of ``LLM``.
 NUMBERS: dict[str, Range] = {
     "PENDING_TIMEOUT": Range(1, MAX_DAYS * 86400),
     "CLAIM_LEASE": Range(0.5, MAX_DAYS * 86400),
@@ -129,23 +127,22 @@ NUMBERS: dict[str, Range] = {
     "TASKS_RESULTS_TTL": Range(0, MAX_DAYS * 86400, optional=True),
     "DATABASE_THREADS": Range(1, 1000, integer=True),
     "SUMMARIZER_THREADS": Range(1, 1000, integer=True),
-}
-#: ... and of the numeric keys of ``LLM``.
-LLM_NUMBERS: dict[str, Range] = {
-    "TIMEOUT": Range(0, 3600, above=True),
-    "MAX_RETRIES": Range(0, 100, integer=True),
-    "MAX_TOKENS": Range(1, integer=True, optional=True),
-    "SUMMARY_TOKENS": Range(1, integer=True, optional=True),
-    "TEMPERATURE": Range(0, 2, optional=True),
+    "IDEMPOTENCY_TTL": Range(0, MAX_DAYS * 86400),
+    "RETAIN_DAYS": Range(0, MAX_DAYS, optional=True, above=True),  # days
+    "LLM.TIMEOUT": Range(0, 3600, above=True),
+    "LLM.MAX_RETRIES": Range(0, 100, integer=True),
+    "LLM.MAX_TOKENS": Range(1, integer=True, optional=True),
+    "LLM.SUMMARY_TOKENS": Range(1, integer=True, optional=True),
+    "LLM.TEMPERATURE": Range(0, 2, optional=True),
 }
 
 
-def number_problem(name: str, value: Any, ranges: dict[str, Range] = NUMBERS) -> str | None:
-    """Why ``value`` cannot be the numeric setting ``name`` (a key of ``ranges``), or None."""
-    if ranges[name].accepts(value):
+def number_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the numeric setting ``name`` (a key of :data:`NUMBERS`)."""
+    if NUMBERS[name].accepts(value):
         return None
-    where = f"[{name!r}]" if ranges is NUMBERS else f"['LLM'][{name!r}]"
-    return f"{SETTING_NAME}{where} must be {ranges[name]}, got {value!r}."
+    where = "".join(f"[{part!r}]" for part in name.split("."))
+    return f"{SETTING_NAME}{where} must be {NUMBERS[name]}, got {value!r}."
 
 
 T = TypeVar("T")
@@ -236,10 +233,18 @@ class Settings:
         if not isinstance(configured, dict):
             raise ImproperlyConfigured(f"{SETTING_NAME}['LLM'] must be a dict.")
         merged = {**DEFAULTS["LLM"], **configured}
-        for name in LLM_NUMBERS:
-            if (problem := number_problem(name, merged[name], LLM_NUMBERS)) is not None:
+        for key, value in merged.items():
+            if f"LLM.{key}" in NUMBERS and (problem := number_problem(f"LLM.{key}", value)):
                 raise ImproperlyConfigured(problem)
         return merged
+
+    def number_problems(self) -> list[tuple[str, str]]:
+        """(name, why) of each numeric setting of :data:`NUMBERS` out of its range."""
+        llm = self.raw("LLM") if isinstance(self.raw("LLM"), dict) else {}
+        values = {f"LLM.{key}": value for key, value in {**DEFAULTS["LLM"], **llm}.items()}
+        values.update((name, self.raw(name)) for name in NUMBERS if name in DEFAULTS)
+        found = ((name, number_problem(name, values[name])) for name in NUMBERS)
+        return [(name, problem) for name, problem in found if problem is not None]
 
 
 def resolve_callable(name: str, value: Any) -> Callable[..., Any]:

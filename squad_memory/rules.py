@@ -181,34 +181,6 @@ def visible(value: str) -> str:
     return _HIDDEN.sub(lambda m: f"<U+{ord(m.group()):04X}>", value)
 
 
-# -- retention ---------------------------------------------------------------------------
-#: The most days ``RETAIN_DAYS`` may keep (a date further back is before year 1).
-MAX_RETAIN_DAYS = 36525
-
-
-def retain_days_problem(days: Any) -> str | None:
-    """Why ``RETAIN_DAYS`` cannot be applied, or None (None keeps every conversation)."""
-    number = isinstance(days, int | float) and not isinstance(days, bool)
-    if days is None or (number and 0 < days <= MAX_RETAIN_DAYS):
-        return None
-    return (
-        f"{SETTING_NAME}['RETAIN_DAYS'] must be None (keep forever) or a number of days above "
-        f"0 and at most {MAX_RETAIN_DAYS}, not {days!r}."
-    )
-
-
-def idempotency_ttl_problem(seconds: Any) -> str | None:
-    """Why ``IDEMPOTENCY_TTL`` cannot be applied, or None: seconds, from 0 (answers are not
-    replayed) to ``MAX_RETAIN_DAYS`` days (further back, the sweep's cutoff would overflow)."""
-    number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
-    if number and 0 <= seconds <= MAX_RETAIN_DAYS * 86400:
-        return None
-    return (
-        f"{SETTING_NAME}['IDEMPOTENCY_TTL'] must be a number of seconds from 0 to "
-        f"{MAX_RETAIN_DAYS * 86400} ({MAX_RETAIN_DAYS} days), not {seconds!r}."
-    )
-
-
 # -- sizes ------------------------------------------------------------------------------
 def json_size(value: Any) -> int:
     """The size of ``value`` as compact JSON (no spaces, no ASCII escapes), in UTF-8 bytes."""

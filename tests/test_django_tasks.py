@@ -249,7 +249,9 @@ def test_the_sweep_enqueues_a_claim_whose_lease_ran_out() -> None:
     assert attempts() == [(1, "applied")] and slot().pending_token == ""
 
 
-def test_the_sweep_leaves_compressions_still_queued_and_keeps_their_claims() -> None:
+def test_the_sweep_leaves_compressions_still_queued_and_keeps_their_claims(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A backlog older than PENDING_TIMEOUT: nothing is enqueued twice, the claims hold."""
     keys = [("u1", f"s{i}", "agent") for i in range(3)]
     for key in keys:
@@ -260,8 +262,11 @@ def test_the_sweep_leaves_compressions_still_queued_and_keeps_their_claims() -> 
     tokens = set(Slot.objects.values_list("pending_token", flat=True))
     assert DBTaskResult.objects.filter(status="READY").count() == 3 and "" not in tokens
     Slot.objects.update(lease_until=timezone.now() - timedelta(seconds=1))  # no worker came
-    report = housekeeping.sweep()
+    with caplog.at_level(logging.INFO, logger="squad_memory"):
+        report = housekeeping.sweep()
     assert (report.enqueued, report.waiting) == (0, 3)
+    (line,) = [r for r in caplog.records if r.getMessage().startswith("Sweep")]
+    assert line.levelno == logging.WARNING and "3 still queued" in line.getMessage()
     assert DBTaskResult.objects.count() == 3  # the backlog did not double
     assert set(Slot.objects.values_list("pending_token", flat=True)) == tokens
     assert all(s.lease_until > timezone.now() + timedelta(seconds=500) for s in Slot.objects.all())

@@ -45,7 +45,7 @@ def redispatch(
             dispatcher.dispatch(claimed, trigger="sweep")
             report.enqueued += 1
     if activate_inactive:
-        for slot_id in _ids(slots.inactive_over_threshold(limits), limit):
+        for slot_id, _ in _ids_and_tokens(slots.inactive_over_threshold(limits), limit):
             _, claimed = activate(slot_id, limits, lease_seconds=lease)
             if claimed is not None:
                 dispatcher.dispatch(claimed, trigger="sweep")
@@ -57,8 +57,3 @@ def redispatch(
 def _ids_and_tokens(slots: QuerySet[Slot], limit: int | None) -> list[tuple[int, str]]:
     rows = slots.order_by("pk").values_list("pk", "pending_token")
     return list(rows[:limit] if limit else rows)
-
-
-def _ids(slots: QuerySet[Slot], limit: int | None) -> list[int]:
-    ids = slots.order_by("pk").values_list("pk", flat=True)
-    return list(ids[:limit] if limit else ids)

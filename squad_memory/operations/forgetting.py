@@ -17,10 +17,9 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from squad_memory.conf import app_settings
+from squad_memory.conf import app_settings, number_problem
 from squad_memory.exceptions import ConfigurationError
 from squad_memory.models import Compression, IdempotencyKey, Message, Slot
-from squad_memory.rules import retain_days_problem
 
 
 def _db() -> str:
@@ -121,7 +120,7 @@ def purge_idle(
 ) -> ForgetReport:
     """Delete the slots with no activity for more than ``days`` days before ``now``
     (:class:`ConfigurationError` for a number ``RETAIN_DAYS`` may not be)."""
-    if (problem := retain_days_problem(days)) is not None:
+    if (problem := number_problem("RETAIN_DAYS", days)) is not None:
         raise ConfigurationError(problem)
     cutoff = (now or timezone.now()) - timedelta(days=days)
     idle = Slot.objects.using(_db()).filter(updated_at__lt=cutoff)

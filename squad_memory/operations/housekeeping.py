@@ -25,20 +25,12 @@ def sweep(*, activate: bool = False, limit: int | None = None) -> SweepReport:
     dispatcher = get_storage().memory.dispatcher
     assert dispatcher is not None
     report = redispatch(dispatcher, activate_inactive=activate, limit=limit)
-    logger.info(
+    logger.log(
+        logging.WARNING if report.waiting else logging.INFO,  # waiting: compressions lag
         "Sweep compressed or enqueued %s slot(s), activated %s; %s still queued after "
-        "PENDING_TIMEOUT; %s finished task row(s) deleted.",
-        report.enqueued,
-        report.activated,
-        report.waiting,
-        report.pruned,
+        "PENDING_TIMEOUT (lagging: is a worker running?); %s finished task row(s) deleted.",
+        *(report.enqueued, report.activated, report.waiting, report.pruned),
     )
-    if report.waiting:
-        logger.warning(
-            "%s compression(s) have waited in the queue longer than PENDING_TIMEOUT: "
-            "compressions are lagging (is a worker running?).",
-            report.waiting,
-        )
     idempotency.purge_expired()  # first: a RETAIN_DAYS out of range raises below
     forgetting.purge()  # RETAIN_DAYS: drop slots idle for longer (no-op when unset)
     return report

@@ -19,10 +19,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from squad_memory.conf import app_settings
+from squad_memory.conf import app_settings, number_problem
 from squad_memory.exceptions import ConfigurationError, SquadMemoryError
 from squad_memory.models import IdempotencyKey, Slot
-from squad_memory.rules import idempotency_ttl_problem
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ def request_hash(method: str, path: str, data: Any) -> str:
 def cutoff(now: datetime | None = None) -> datetime:
     """Keys created before this have expired (:class:`ConfigurationError` for an
     ``IDEMPOTENCY_TTL`` out of range)."""
-    if (problem := idempotency_ttl_problem(app_settings.raw("IDEMPOTENCY_TTL"))) is not None:
+    if problem := number_problem("IDEMPOTENCY_TTL", app_settings.raw("IDEMPOTENCY_TTL")):
         raise ConfigurationError(problem)
     return (now or timezone.now()) - timedelta(seconds=app_settings.idempotency_ttl)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal
@@ -59,10 +59,6 @@ class Journal:
         """The history a new buffer starts from: None means the slot's own rows."""
         return None
 
-    def one_writer(self, key: SlotKey) -> AbstractContextManager[Any]:
-        """Around a save: the slot's own rows need nothing more than the save's lock."""
-        return nullcontext()
-
     def fetch_all(self, user_id: str, session_id: str) -> list[ConversationMessage]:
         """Every agent's visible messages of a session merged by time (stable), each slot's
         in its own order; an assistant message's content becomes one block ``[agent_id]
@@ -108,11 +104,6 @@ class ForeignJournal(Journal):
             return self.call("save_chat_message", *key, messages[0], size)
         return self.call("save_chat_messages", *key, messages, size)
 
-    def one_writer(self, key: SlotKey) -> AbstractContextManager[Any]:
-        """Around a save: the slot's row locked in a transaction, so that one save at a time,
-        in any process, writes to the store and then to the slot's rows (in one order both)."""
-        return _locked_slot(key, self.namespace)
-
     def seed(self, key: SlotKey) -> list[MessageDict]:
         # Some stores take no size argument (DynamoDB's): the whole history.
         return to_dicts(list(self.call("fetch_chat", *key) or []), check_size=False)
@@ -123,6 +114,8 @@ class ForeignJournal(Journal):
 
 @contextmanager
 def _locked_slot(key: SlotKey, namespace: str) -> Iterator[None]:
+    """A transaction holding the slot's row locked (created if new): one save of a foreign
+    store's slot at a time, in any process, calls the store and then writes the slot's rows."""
     alias = Slot.objects.write_db()
     with transaction.atomic(using=alias):
         user_id, session_id, agent_id = key
@@ -188,7 +181,8 @@ class Memory:
         the policy says ``on_error="raise"``.
         """
         dicts = to_dicts(messages)
-        with self.journal.one_writer(key) if dicts else nullcontext():
+        foreign = dicts and not self.journal.rows_while_inactive  # the store and rows in step
+        with _locked_slot(key, self.namespace) if foreign else nullcontext():
             inner = (
                 self.journal.save(key, messages, check_role, max_history_size) if dicts else None
             )

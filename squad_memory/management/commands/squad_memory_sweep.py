@@ -41,9 +41,3 @@ class Command(BaseCommand):
             f"{report.activated} inactive slot(s) activated; {report.waiting} compression(s) "
             f"still queued after PENDING_TIMEOUT; {report.pruned} finished task row(s) deleted."
         )
-        if report.waiting:
-            self.stderr.write(
-                f"{report.waiting} compression(s) have waited in the queue longer than "
-                "PENDING_TIMEOUT: compressions are lagging. Is a worker running, and does it keep "
-                "up with the saves?"
-            )
