@@ -93,7 +93,7 @@ fi
 if want docs; then
   # --dist loadfile: a module's tests on one process, so the site and the packages are built once
   pytest_pass "The docs tier: the site, the samples, the packaging, the layout" "$VENV" \
-    -- -m docs --dist loadfile
+    -- -m "docs and not postgres" --dist loadfile
 fi
 
 if want sqlite; then
