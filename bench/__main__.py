@@ -27,11 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sm_bench")
-REDIS_URL = (
-    os.environ.get("BENCH_BROKER_URL")
-    or os.environ.get("TEST_REDIS_URL")
-    or "redis://127.0.0.1:6379/2"
-)
+REDIS_URL = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/2")
 FULL: dict[str, Any] = {
     "sizes": [100, 1_000, 10_000],  # W1: stored history N
     "turns": 200,  # W1: timed turns per system and N

@@ -21,6 +21,10 @@ from tests.conftest import extra, require
 extra("celery", "celery")  # the benchmark runs the Celery system too
 
 ROOT = Path(__file__).resolve().parent.parent
+BENCH_DATABASE_URL = os.environ.get(
+    "TEST_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/squad_memory_test_bench"
+)
+BENCH_REDIS_URL = os.environ.get("TEST_BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 pytestmark = pytest.mark.services
 
@@ -33,6 +37,9 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = {
         k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")
     }
+    # Databases of the tests' own, never a benchmark's of the developer (a run empties them).
+    env["BENCH_DATABASE_URL"] = BENCH_DATABASE_URL
+    env["BENCH_BROKER_URL"] = BENCH_REDIS_URL
     args = ["--quick", "--out", str(out / "results"), "--work", str(out / "work")]
     proc = subprocess.run(
         [sys.executable, "-m", "bench", *args],
