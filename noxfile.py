@@ -64,7 +64,7 @@ def docs(session: nox.Session) -> None:
 def sqlite(session: nox.Session) -> None:
     """Every other tier on SQLite, Django 5.2; the one pass of the tests with no database."""
     install(session)
-    session.run(*PYTEST, "-m", "not docs", *session.posargs)
+    session.run(*PYTEST, "-m", "not docs and not postgres", *session.posargs)
 
 
 @nox.session(python="3.11")
@@ -96,7 +96,9 @@ def django6_sqlite(session: nox.Session) -> None:
     """Django 6.1 on SQLite: the core tier, and the database tests of the other tiers without
     brokers, workers or browsers."""
     install(session, "6.1")
-    session.run(*PYTEST, "-m", "not services and (core or not nodb)", *session.posargs)
+    session.run(
+        *PYTEST, "-m", "not services and not postgres and (core or not nodb)", *session.posargs
+    )
 
 
 @nox.session(name="django6-postgres", python="3.12")

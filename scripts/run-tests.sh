@@ -98,7 +98,7 @@ fi
 
 if want sqlite; then
   pytest_pass "SQLite, Django $($VENV/bin/python -c 'import django;print(django.get_version())'): core, integration, bench" \
-    "$VENV" -- -m "not docs"
+    "$VENV" -- -m "not docs and not postgres"
 fi
 
 if want postgres; then
@@ -145,7 +145,7 @@ if want django6; then
       # The core tier whole (its checks of Django's behaviour use no database either), and the
       # database tests of the other tiers; brokers, workers and browsers ran once, above.
       pytest_pass "SQLite, Django $($V6/bin/python -c 'import django;print(django.get_version())')" "$V6" \
-        -- -m "not services and (core or not nodb)"
+        -- -m "not services and not postgres and (core or not nodb)"
       if pg_up "$V6"; then
         pytest_pass "PostgreSQL, Django 6.1: the tests that use a database" "$V6" \
           DATABASE_URL="${PG_URL}_dj6" -- -m "not services and not nodb"
