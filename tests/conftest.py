@@ -84,6 +84,9 @@ def needs_a_database(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(tier(item))
+        if tier(item) == "bench" and needs_a_database(item):
+            # The benchmark runs in autocommit, and its tests check it does: real commits.
+            item.add_marker(pytest.mark.django_db(transaction=True), append=False)
         if not needs_a_database(item):
             item.add_marker("nodb")
         if item.get_closest_marker("postgres"):  # a copy: parametrized items share the list

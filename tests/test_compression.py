@@ -85,9 +85,11 @@ def test_api_compress_with_the_broker_refusing_says_not_queued(
 
 @pytest.mark.parametrize("atomic", [True, False])
 def test_api_compress_inline_reports_applied_even_with_atomic_requests(
-    users: Users, settings: Any, atomic: bool
+    users: Users, settings: Any, atomic: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings.DATABASES["default"]["ATOMIC_REQUESTS"] = atomic
+    # Restored at the end (settings restores only its own names): the next test in this
+    # process must not run its requests atomic.
+    monkeypatch.setitem(settings.DATABASES["default"], "ATOMIC_REQUESTS", atomic)
     slot = fill(users.owner, 6)
     response = client_for(users.owner).post(f"/api/slots/{slot.pk}/compress/")
     assert response.status_code == 200 and response.json()["outcome"] == "applied"

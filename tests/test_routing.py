@@ -50,15 +50,31 @@ class Statements:
 @pytest.fixture
 def statements() -> Iterator[Statements]:
     """Installed through ``connection_created`` on connections opened from now on (those
-    open already, in this thread and in asgiref's thread, are closed first)."""
+    open already, in this thread and in asgiref's thread, are closed first, and those that
+    stay open, as SQLite's in-memory test database does, get it too)."""
     wrapper = Statements()
+
+    def on_open_ones() -> None:  # SQLite's in-memory test database is never closed
+        for open_one in connections.all(initialized_only=True):
+            if open_one.connection is not None and wrapper not in open_one.execute_wrappers:
+                open_one.execute_wrappers.append(wrapper)
+
+    def off() -> None:
+        for open_one in connections.all(initialized_only=True):
+            if wrapper in open_one.execute_wrappers:
+                open_one.execute_wrappers.remove(wrapper)
+        connections.close_all()
+
     connections.close_all()
     asyncio.run(sync_to_async(connections.close_all)())
     close_database_threads()  # new threads, new connections (an in-memory SQLite never closes)
     connection_created.connect(wrapper.install)
+    on_open_ones()
+    asyncio.run(sync_to_async(on_open_ones)())
     yield wrapper
     connection_created.disconnect(wrapper.install)
-    asyncio.run(sync_to_async(connections.close_all)())
+    off()
+    asyncio.run(sync_to_async(off)())
 
 
 @pytest.mark.django_db(transaction=True)  # async code runs on another thread
