@@ -35,6 +35,7 @@ from squad_memory.api import access, errors, serializers, throttling
 from squad_memory.api.docs import (
     IDEMPOTENCY_KEY,
     KEY_PATTERN,
+    POST_EXAMPLES,
     SESSION_ID,
     SKIPPED,
     SLOT_ID,
@@ -318,6 +319,7 @@ class SlotViewSet(
         "SQUAD_MEMORY['API_POST_PERMISSION'] names (squad_memory.add_message unless the "
         "project set None); posting for another user's user_id needs staff too.",
         request=serializers.PostMessagesSerializer,
+        examples=POST_EXAMPLES,
         parameters=[IDEMPOTENCY_KEY],
         responses=responses(
             {201: serializers.PostResultSerializer, 200: SKIPPED}, 400, 413, 422, 502
