@@ -270,6 +270,7 @@ def test_schema_and_docs_are_served(db: Any) -> None:
         "/api/slots/{id}/reset/",
         "/api/slots/messages/",
         "/api/sessions/{session_id}/history/",
+        "/api/sessions/",
         "/api/sessions/{session_id}/",
         "/api/search/",
     }
@@ -310,3 +311,13 @@ def test_the_schema_is_this_version_without_foreign_sample_urls(db: Any) -> None
     assert "example.org" not in reply.content.decode()
     search = reply.json()["paths"]["/api/search/"]["get"]["description"]
     assert "`<mark>`" in search and search.count("<mark>") == search.count("`<mark>`")
+
+
+def test_an_unknown_session_is_404_to_its_history_and_its_delete(users: Users) -> None:
+    client = client_for(users.owner)
+    fill(users.other, 2, session="theirs")
+    for session in ("nothing-here", "theirs"):
+        history = client.get(f"/api/sessions/{session}/history/")
+        deleted = client.delete(f"/api/sessions/{session}/")
+        assert (history.status_code, deleted.status_code) == (404, 404)
+        assert history.json() == deleted.json() == {"detail": "Not found."}

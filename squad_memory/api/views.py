@@ -142,10 +142,6 @@ class SlotAccess(BasePermission):
         if needed is None or user.has_perm(needed):
             return True
         self.message = f"This needs the {needed} permission: ask an administrator for it."
-        if needed == access.post_permission():
-            self.message += (
-                " (SQUAD_MEMORY['API_POST_PERMISSION'] = None lets users post their own.)"
-            )
         return False
 
 
@@ -499,8 +495,11 @@ class SessionHistoryView(ApiMixin):
             raise NotFound()
         user_id = given or access.user_id_for(request.user)
         slots = access.visible_slots(request.user, get_storage().namespace)
-        with errors.storage_errors(request, slots.filter(user_id=user_id, session_id=session_id)):
+        session = slots.filter(user_id=user_id, session_id=session_id)
+        with errors.storage_errors(request, session):
             messages = get_storage().fetch_all_chats_sync(user_id, session_id)
+        if not messages and not session.exists():
+            raise NotFound()  # as its DELETE answers
         data = {"user_id": user_id, "session_id": session_id, "messages": messages}
         return Response(serializers.HistorySerializer(data).data)
 
