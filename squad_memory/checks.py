@@ -95,9 +95,9 @@ def _numbers() -> list[CheckMessage]:
         value = app_settings.raw(name)
         if not _number(value) or value < 1:
             errors.append(_error(f"[{name!r}] must be a number >= 1, got {value!r}.", "E009"))
-    retries = app_settings.raw("CELERY_MAX_RETRIES")
+    retries = app_settings.raw("RETRIES")
     if not _number(retries) or retries < 0:
-        errors.append(_error(f"['CELERY_MAX_RETRIES'] must be >= 0, got {retries!r}.", "E009"))
+        errors.append(_error(f"['RETRIES'] must be >= 0, got {retries!r}.", "E009"))
     length = app_settings.raw("MAX_ID_LENGTH")
     if _number(length) and length > 255:
         errors.append(_error("['MAX_ID_LENGTH'] cannot exceed 255, the id columns.", "E010"))

@@ -5,6 +5,7 @@ setting is documented in ``docs/reference/settings.md``, kept in step with this 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
@@ -30,9 +31,9 @@ DEFAULTS: dict[str, Any] = {
     "CLAIM_LEASE": 30,
     "PUBLISH_TIMEOUT": 2.0,
     # Retries of a queued compression (Celery and tasks mode), with exponential backoff.
-    "CELERY_MAX_RETRIES": 3,
-    "CELERY_RETRY_BACKOFF": 2,
-    "CELERY_RETRY_BACKOFF_MAX": 60,
+    "RETRIES": 3,
+    "RETRY_BACKOFF": 2,
+    "RETRY_BACKOFF_MAX": 60,
     "CELERY_QUEUE": None,
     # Tasks mode: the alias of the backend in Django's TASKS, the queue and priority.
     "TASKS_BACKEND": "default",
@@ -64,6 +65,14 @@ DEFAULTS: dict[str, Any] = {
     },
 }
 
+
+#: Old names that still work, with a ``DeprecationWarning``: old name -> new name.
+RENAMED = {
+    "CELERY_MAX_RETRIES": "RETRIES",
+    "CELERY_RETRY_BACKOFF": "RETRY_BACKOFF",
+    "CELERY_RETRY_BACKOFF_MAX": "RETRY_BACKOFF_MAX",
+}
+_OLD_NAMES = {new: old for old, new in RENAMED.items()}
 
 T = TypeVar("T")
 
@@ -124,10 +133,20 @@ class Settings:
         """The value as configured, unchecked (the system checks check it)."""
         if name not in DEFAULTS:
             raise AttributeError(f"Unknown {SETTING_NAME} setting {name!r}.")
-        return self.user().get(name, DEFAULTS[name])
+        user = self.user()
+        old = _OLD_NAMES.get(name)
+        if name not in user and old in user:
+            warnings.warn(
+                f"{SETTING_NAME}[{old!r}] is deprecated (it governs tasks mode too): "
+                f"rename it {name!r}.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return user[old]
+        return user.get(name, DEFAULTS[name])
 
     def unknown_keys(self) -> list[str]:
-        return sorted(set(self.user()) - set(DEFAULTS))
+        return sorted(set(self.user()) - set(DEFAULTS) - set(RENAMED))
 
     def import_callable(self, name: str) -> Callable[..., Any]:
         """Resolve a dotted-path setting, with an error that names the setting."""

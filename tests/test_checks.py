@@ -96,3 +96,15 @@ def test_a_warning_where_nothing_schedules_the_sweep() -> None:
     with override_settings(CELERY_BEAT_SCHEDULE=beat):
         assert check_sweep_scheduled() == []
     assert "cron" in Command.help and "squad_memory.tasks.sweep" in Command.help
+
+
+def test_the_old_names_of_the_retry_settings_work_with_a_deprecation_warning() -> None:
+    old = {"CELERY_MAX_RETRIES": 7, "CELERY_RETRY_BACKOFF": 5, "CELERY_RETRY_BACKOFF_MAX": 9}
+    with override_settings(SQUAD_MEMORY=old):
+        for name, value in (("RETRIES", 7), ("RETRY_BACKOFF", 5), ("RETRY_BACKOFF_MAX", 9)):
+            with pytest.warns(DeprecationWarning, match=f"rename it '{name}'"):
+                assert app_settings.raw(name) == value
+        with pytest.warns(DeprecationWarning):
+            assert "squad_memory.W001" not in ids(**old)  # known names, not unknown ones
+    with override_settings(SQUAD_MEMORY={"CELERY_MAX_RETRIES": 7, "RETRIES": 1}):
+        assert app_settings.raw("RETRIES") == 1  # the new name wins

@@ -181,7 +181,7 @@ def test_unimportable_summarizer_fails_each_attempt_with_the_reason(eager: Celer
 
 
 def test_backoff_is_exponential_and_capped(settings: Any) -> None:
-    settings.SQUAD_MEMORY = {"CELERY_RETRY_BACKOFF": 2, "CELERY_RETRY_BACKOFF_MAX": 60}
+    settings.SQUAD_MEMORY = {"RETRY_BACKOFF": 2, "RETRY_BACKOFF_MAX": 60}
     assert [backoff(n) for n in range(1, 8)] == [2, 4, 8, 16, 32, 60, 60]
 
 

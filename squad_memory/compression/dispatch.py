@@ -167,9 +167,9 @@ def follow_up(
 
 def backoff(attempt: int) -> float:
     """Seconds before a queued compression retries after failed ``attempt`` (1-based): doubling
-    from ``CELERY_RETRY_BACKOFF`` up to ``CELERY_RETRY_BACKOFF_MAX`` (Celery and tasks mode)."""
-    base = float(app_settings.raw("CELERY_RETRY_BACKOFF"))
-    return min(float(app_settings.raw("CELERY_RETRY_BACKOFF_MAX")), base * 2.0 ** (attempt - 1))
+    from ``RETRY_BACKOFF`` up to ``RETRY_BACKOFF_MAX`` (Celery and tasks mode)."""
+    base = float(app_settings.raw("RETRY_BACKOFF"))
+    return min(float(app_settings.raw("RETRY_BACKOFF_MAX")), base * 2.0 ** (attempt - 1))
 
 
 def dispatcher_class(mode: str) -> type[Dispatcher]:
