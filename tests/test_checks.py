@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from io import StringIO
 from typing import Any
 
@@ -10,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import override_settings
 
+from squad_memory import checks
 from squad_memory.checks import check_settings, check_sweep_scheduled
 from squad_memory.conf import app_settings
 
@@ -88,8 +90,10 @@ def test_migrations_are_complete() -> None:
 def test_a_warning_where_nothing_schedules_the_sweep() -> None:
     from squad_memory.management.commands.squad_memory_sweep import Command
 
+    checks._REPORTED.clear()
     with override_settings(CELERY_BEAT_SCHEDULE={"other": {"task": "x", "schedule": 60}}):
         [warning] = check_sweep_scheduled()
+        assert check_sweep_scheduled() == []  # once per process
     assert warning.id == "squad_memory.W003" and "Idempotency-Key" in warning.msg
     assert "squad_memory_sweep" in (warning.hint or "") and "beat" in (warning.hint or "")
     beat = {"sweep": {"task": "squad_memory.tasks.sweep", "schedule": 300}}
@@ -108,3 +112,13 @@ def test_the_old_names_of_the_retry_settings_work_with_a_deprecation_warning() -
             assert "squad_memory.W001" not in ids(**old)  # known names, not unknown ones
     with override_settings(SQUAD_MEMORY={"CELERY_MAX_RETRIES": 7, "RETRIES": 1}):
         assert app_settings.raw("RETRIES") == 1  # the new name wins
+
+
+def test_w003_names_celery_beat_only_where_celery_is_installed(monkeypatch: Any) -> None:
+    monkeypatch.setitem(sys.modules, "celery", None)  # as if not installed: import fails
+    checks._REPORTED.clear()
+    with override_settings(CELERY_BEAT_SCHEDULE={}):
+        [warning] = check_sweep_scheduled()
+    text = f"{warning.msg} {warning.hint}"
+    assert "cron" in text and "squad_memory_sweep" in text
+    assert "beat" not in text.lower() and "CELERY" not in text
