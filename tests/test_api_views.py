@@ -321,3 +321,27 @@ def test_an_unknown_session_is_404_to_its_history_and_its_delete(users: Users) -
         deleted = client.delete(f"/api/sessions/{session}/")
         assert (history.status_code, deleted.status_code) == (404, 404)
         assert history.json() == deleted.json() == {"detail": "Not found."}
+
+
+def test_options_describes_each_endpoint(users: Users) -> None:
+    slot = fill(users.owner, 2)
+    client = client_for(users.staff)
+
+    def options(url: str) -> dict[str, Any]:
+        response = client.options(url)
+        assert response.status_code == 200
+        return dict(response.json())
+
+    post = options("/api/slots/messages/")
+    assert post["name"] == "Post messages" and "role rule" in post["description"]
+    assert {"session_id", "agent_id", "message", "messages"} <= set(post["actions"]["POST"])
+    assert "id" not in post["actions"]["POST"]  # the body's fields, not a slot's
+    buffer = options(f"/api/slots/{slot.pk}/buffer/")
+    assert "fetch_chat" in buffer["description"] and "actions" not in buffer
+    compress = options(f"/api/slots/{slot.pk}/compress/")
+    assert "Compress" in compress["description"] and "actions" not in compress  # no body
+    descriptions = {
+        options(url)["description"]
+        for url in ("/api/slots/", "/api/sessions/", "/api/search/", "/api/slots/messages/")
+    }
+    assert len(descriptions) == 4

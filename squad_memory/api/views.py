@@ -25,6 +25,7 @@ from rest_framework.exceptions import (
     PermissionDenied,
     ValidationError,
 )
+from rest_framework.metadata import SimpleMetadata
 from rest_framework.permissions import SAFE_METHODS, AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -145,8 +146,18 @@ class SlotAccess(BasePermission):
         return False
 
 
+class EndpointMetadata(SimpleMetadata):
+    """``OPTIONS``: the endpoint's name and description, and the fields of the body its POST
+    takes (:meth:`ApiMixin.request_body`; none for a POST without a body)."""
+
+    def determine_actions(self, request: Request, view: Any) -> dict[str, Any]:
+        body = view.request_body()
+        return {} if body is None else {"POST": self.get_serializer_info(body())}
+
+
 class ApiMixin(APIView):
     permission_classes = [SlotAccess]
+    metadata_class = EndpointMetadata
     parser_classes = [LimitedJSONParser]
     renderer_classes = RENDERERS
     throttle_classes = throttling.THROTTLE_CLASSES
@@ -184,6 +195,10 @@ class ApiMixin(APIView):
     def write_permission(self) -> str | None:
         """The permission an unsafe request needs besides ownership (None: none)."""
         return access.MANAGE_PERMISSION
+
+    def request_body(self) -> type[Any] | None:
+        """The serializer of the body this endpoint's POST takes (None: no body)."""
+        return None
 
 
 def respond_once(request: Request, write: Callable[[], Answer]) -> Response:
@@ -241,6 +256,10 @@ class SlotViewSet(
     def throttle_scope(self) -> str | None:
         return throttling.COMPRESS_SCOPE if getattr(self, "action", None) == "compress" else None
 
+    def request_body(self) -> type[Any] | None:
+        posts = self.action_map.get("post")  # the action a POST here runs (this may be OPTIONS)
+        return serializers.PostMessagesSerializer if posts == "post_messages" else None
+
     def write_permission(self) -> str | None:
         if self.action == "destroy":
             return None  # the owner needs none; others are checked in destroy
@@ -280,6 +299,7 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["get"], pagination_class=BySeq)
     def messages(self, request: Request, pk: str | None = None) -> Response:
+        """Every accepted message of the slot by sequence number, trimmed ones flagged."""
         slot = self.get_readable_object(MESSAGE)
         rows: Any = slot.messages.all()  # a queryset of another model, each row's slot loaded
         if words := query(serializers.MessageFilterSerializer, request).get("q"):
@@ -298,6 +318,7 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def buffer(self, request: Request, pk: str | None = None) -> Response:
+        """What fetch_chat returns: the summary followed by the newer messages."""
         slot = self.get_readable_object(MESSAGE)
         size = query(serializers.BufferQuerySerializer, request).get("max_history_size")
         with errors.storage_errors(request, Slot.objects.filter(pk=slot.pk)):
@@ -323,6 +344,7 @@ class SlotViewSet(
     )
     @action(detail=False, methods=["post"], url_path="messages", pagination_class=None)
     def post_messages(self, request: Request) -> Response:
+        """Store a message (with the role rule) or a batch in a slot, creating it if new."""
         serializer = serializers.PostMessagesSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
@@ -362,6 +384,7 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["post"], pagination_class=None)
     def compress(self, request: Request, pk: str | None = None) -> Response:
+        """Compress the slot's buffer now, whatever its length."""
         slot = self.get_object()
         this = Slot.objects.filter(pk=slot.pk)
         with errors.storage_errors(request, this):
@@ -383,6 +406,7 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["post"], pagination_class=None)
     def reset(self, request: Request, pk: str | None = None) -> Response:
+        """Drop the summary and any pending compression; the raw history stays."""
         slot = self.get_object()
         compression.reset(slot.pk)
         return Response(serializers.SlotSerializer(fresh(slot)).data)
