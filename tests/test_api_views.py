@@ -345,3 +345,19 @@ def test_options_describes_each_endpoint(users: Users) -> None:
         for url in ("/api/slots/", "/api/sessions/", "/api/search/", "/api/slots/messages/")
     }
     assert len(descriptions) == 4
+
+
+def test_not_found_reads_the_same_everywhere(users: Users) -> None:
+    theirs = fill(users.other, 2)
+    client = client_for(users.owner)
+    for url in (
+        f"/api/slots/{theirs.pk}/",
+        f"/api/slots/{theirs.pk}/buffer/",
+        "/api/slots/999999/messages/",
+        "/api/slots/not-a-number/",
+        "/api/sessions/unknown/history/",
+        "/api/no-such-endpoint/",
+    ):
+        response = client.get(url)
+        assert (response.status_code, response.json()) == (404, {"detail": "Not found."}), url
+    assert client.delete("/api/sessions/unknown/").json() == {"detail": "Not found."}
