@@ -7,11 +7,13 @@ against a real Redis broker and against a port where nothing listens.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
@@ -328,6 +330,21 @@ def test_sweep_in_inline_mode_compresses_right_away(celery_settings: Any) -> Non
     assert sweep_task.apply().get() == {"enqueued": 1, "activated": 0}
     (row,) = Compression.objects.all()
     assert (row.outcome, row.trigger) == ("applied", "sweep")
+
+
+@pytest.mark.django_db
+def test_the_sweep_command_prints_one_summary_line(
+    celery_settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    celery_settings.SQUAD_MEMORY = {**celery_settings.SQUAD_MEMORY, "MODE": "inline"}
+    _over_threshold_slot("a")
+    out = StringIO()
+    with caplog.at_level(logging.INFO, logger="squad_memory"):
+        call_command("squad_memory_sweep", stdout=out)
+    assert out.getvalue().splitlines() == [
+        "1 slot(s) over the threshold compressed or enqueued; 0 inactive slot(s) activated."
+    ]
+    assert not [r for r in caplog.records if "Sweep" in r.getMessage()]  # not twice
 
 
 # -- a Redis broker that hangs -------------------------------------------------------------

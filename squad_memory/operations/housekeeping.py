@@ -25,7 +25,8 @@ def sweep(*, activate: bool = False, limit: int | None = None) -> SweepReport:
     dispatcher = get_storage().memory.dispatcher
     assert dispatcher is not None
     report = redispatch(dispatcher, activate_inactive=activate, limit=limit)
-    logger.info(
+    # Debug only: the command prints its own summary, and a worker logs the task's result.
+    logger.debug(
         "Sweep compressed or enqueued %s slot(s), activated %s.", report.enqueued, report.activated
     )
     idempotency.purge_expired()  # first: a RETAIN_DAYS out of range raises below
