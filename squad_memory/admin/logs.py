@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import flatten
+from django.contrib.admin.utils import display_for_value, flatten
 from django.http import HttpRequest
 from django.template.defaultfilters import truncatechars
 from django.template.loader import render_to_string
@@ -69,9 +69,10 @@ class MessageAdmin(ReadOnlyAdmin):
     def time(self, message: Message) -> Any:
         return transcript.message_time(message.timestamp)
 
-    @admin.display(description=_("trimmed"), boolean=True)
-    def trimmed(self, message: Message) -> bool:
-        return message.is_trimmed
+    @admin.display(description=_("trimmed"))
+    def trimmed(self, message: Message) -> str:
+        """A mark on trimmed rows only: an untrimmed row is the ordinary case."""
+        return display_for_value(True, "", boolean=True) if message.is_trimmed else ""
 
     @admin.display(description=_("message"))
     def rendered(self, message: Message) -> SafeString:
