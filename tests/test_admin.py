@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -842,3 +843,13 @@ def test_the_messages_list_marks_trimmed_rows_only(admin_client: Client) -> None
     page = admin_client.get(reverse("admin:squad_memory_message_changelist")).content.decode()
     assert page.count("icon-yes.svg") == 2 and "icon-no.svg" not in page
     assert slot.message_count == 4
+
+
+def test_the_compression_log_breaks_the_summarizer_path_at_its_dots_only(
+    admin_client: Client,
+) -> None:
+    log_compression(make_slot(4), summarizer="myapp.summaries.summarize")
+    page = admin_client.get(reverse("admin:squad_memory_compression_changelist")).content.decode()
+    assert "myapp.<wbr>summaries.<wbr>summarize" in page
+    css = (Path(squad_memory.__file__).parent / "static/squad_memory/admin.css").read_text()
+    assert "field-summarizer" not in css  # no overflow-wrap: anywhere for it

@@ -9,7 +9,8 @@ from django.contrib.admin.utils import display_for_value, flatten
 from django.http import HttpRequest
 from django.template.defaultfilters import truncatechars
 from django.template.loader import render_to_string
-from django.utils.safestring import SafeString
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
@@ -87,7 +88,7 @@ class CompressionAdmin(ReadOnlyAdmin):
         "conversation",
         "started_at",
         "covered_range",
-        "summarizer",
+        "summarizer_path",
         "duration_ms",
         "outcome_attempt",
         "trigger",
@@ -116,6 +117,12 @@ class CompressionAdmin(ReadOnlyAdmin):
     @admin.display(description=_("covered range"))
     def covered_range(self, compression: Compression) -> str:
         return f"{compression.from_seq}..{compression.to_seq}"
+
+    @admin.display(description=_("summarizer"), ordering="summarizer")
+    def summarizer_path(self, compression: Compression) -> SafeString:
+        """The dotted path, breakable after its dots only (not letter by letter)."""
+        parts = compression.summarizer.split(".")
+        return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in parts))
 
     @admin.display(description=_("outcome"), ordering="outcome")
     def outcome_attempt(self, compression: Compression) -> str:
