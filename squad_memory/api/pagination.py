@@ -14,6 +14,7 @@ from rest_framework.request import Request
 #: Cursor positions must fit the BIGINT columns they compare with.
 MAX_POSITION = 2**63 - 1
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
+_DIGITS = re.compile(r"[0-9]{1,1000}")
 
 
 def _integer(value: str) -> int | None:
@@ -35,10 +36,9 @@ class NewestFirst(CursorPagination):
         value = request.query_params.get("page_size")
         if value is None:
             return int(self.page_size or 0)
-        size = _integer(value)
-        if size is None or size < 1:
+        if not _DIGITS.fullmatch(value) or int(value) < 1:
             raise ValidationError({"page_size": ["Must be a positive integer."]})
-        return min(size, int(self.max_page_size or 0))  # capped, as DRF caps it
+        return min(int(value), int(self.max_page_size or 0))  # capped, as DRF caps it
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         cursor = super().decode_cursor(request)
