@@ -7,4 +7,8 @@ urlpatterns = [
 ]
 
 if settings.API:  # the api extra is installed; its docs are at api/docs/ and api/redoc/
-    urlpatterns += [path("api/", include("squad_memory.api.urls"))]
+    urlpatterns += [
+        # The browsable API's Log in / Log out, for users the admin's login does not admit.
+        path("api-auth/", include("rest_framework.urls")),
+        path("api/", include("squad_memory.api.urls")),
+    ]

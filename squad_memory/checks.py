@@ -174,22 +174,38 @@ def _waits_for_writers(database: Mapping[str, Any]) -> bool:
 SWEEP_TASK = "squad_memory.tasks.sweep"
 
 
+#: Warnings this process has given already (the checks run again within one process: a
+#: command that calls another, runserver's reloads).
+_REPORTED: set[str] = set()
+
+
 @register()
 def check_sweep_scheduled(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W003: no ``CELERY_BEAT_SCHEDULE`` entry runs the sweep. Nothing else deletes expired
-    Idempotency-Key answers (they hold message text) or applies ``RETAIN_DAYS``."""
+    """W003, once per process: nothing is known to run the sweep (no ``CELERY_BEAT_SCHEDULE``
+    entry). Nothing else deletes expired Idempotency-Key answers (they hold message text)
+    or applies ``RETAIN_DAYS``. It names Celery beat only where Celery is installed."""
     entries = (getattr(settings, "CELERY_BEAT_SCHEDULE", None) or {}).values()
     if any(isinstance(entry, dict) and entry.get("task") == SWEEP_TASK for entry in entries):
         return []
+    if "W003" in _REPORTED:
+        return []
+    _REPORTED.add("W003")
+    cron = (
+        "Run 'manage.py squad_memory_sweep' every few minutes from cron (or your platform's "
+        "scheduler) and add 'squad_memory.W003' to SILENCED_SYSTEM_CHECKS"
+    )
+    if importlib.util.find_spec("celery") is None:
+        where, hint = "Nothing is known to run squad_memory_sweep", f"{cron}."
+    else:
+        where = f"No CELERY_BEAT_SCHEDULE entry runs {SWEEP_TASK}, and unless cron runs it"
+        beat = f"{{'task': '{SWEEP_TASK}', 'schedule': 300}}"
+        hint = f"{cron}, or add a Celery beat entry {beat} and run celery beat."
     return [
         Warning(
-            f"No CELERY_BEAT_SCHEDULE entry runs {SWEEP_TASK}: unless cron runs "
-            "squad_memory_sweep, expired Idempotency-Key answers (they hold message text) "
-            "are never deleted, RETAIN_DAYS is never applied and slots left over the "
-            "threshold wait for their next save.",
-            hint="Run 'manage.py squad_memory_sweep' every few minutes from cron and add "
-            "'squad_memory.W003' to SILENCED_SYSTEM_CHECKS, or add a Celery beat entry "
-            f"{{'task': '{SWEEP_TASK}', 'schedule': 300}} and run celery beat.",
+            f"{where}: expired Idempotency-Key answers (they hold message text) are never "
+            "deleted, RETAIN_DAYS is never applied and slots left over the threshold wait "
+            "for their next save.",
+            hint=hint,
             id="squad_memory.W003",
         )
     ]

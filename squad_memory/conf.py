@@ -6,6 +6,7 @@ setting is documented in ``docs/reference/settings.md``, kept in step with this 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
@@ -36,9 +37,9 @@ DEFAULTS: dict[str, Any] = {
     "DATABASE_THREADS": 20,
     "SUMMARIZER_THREADS": 20,
     # Retries of a queued compression (Celery and tasks mode), with exponential backoff.
-    "CELERY_MAX_RETRIES": 3,
-    "CELERY_RETRY_BACKOFF": 2,
-    "CELERY_RETRY_BACKOFF_MAX": 60,
+    "RETRIES": 3,
+    "RETRY_BACKOFF": 2,
+    "RETRY_BACKOFF_MAX": 60,
     "CELERY_QUEUE": None,
     # Tasks mode: the alias of the backend in Django's TASKS, the queue and priority.
     "TASKS_BACKEND": "default",
@@ -112,9 +113,9 @@ NUMBERS: dict[str, Range] = {
     "PENDING_TIMEOUT": Range(1, MAX_DAYS * 86400),
     "CLAIM_LEASE": Range(0.5, MAX_DAYS * 86400),
     "PUBLISH_TIMEOUT": Range(0, 60, above=True),
-    "CELERY_MAX_RETRIES": Range(0, 100, integer=True),
-    "CELERY_RETRY_BACKOFF": Range(0, 86400),
-    "CELERY_RETRY_BACKOFF_MAX": Range(0, 86400),
+    "RETRIES": Range(0, 100, integer=True),
+    "RETRY_BACKOFF": Range(0, 86400),
+    "RETRY_BACKOFF_MAX": Range(0, 86400),
     "MAX_MESSAGE_BYTES": Range(1, integer=True),
     "MAX_BATCH_SIZE": Range(1, integer=True),
     "MAX_ID_LENGTH": Range(1, 255, integer=True),
@@ -144,6 +145,14 @@ def number_problem(name: str, value: Any) -> str | None:
     where = "".join(f"[{part!r}]" for part in name.split("."))
     return f"{SETTING_NAME}{where} must be {NUMBERS[name]}, got {value!r}."
 
+
+#: Old names that still work, with a ``DeprecationWarning``: old name -> new name.
+RENAMED = {
+    "CELERY_MAX_RETRIES": "RETRIES",
+    "CELERY_RETRY_BACKOFF": "RETRY_BACKOFF",
+    "CELERY_RETRY_BACKOFF_MAX": "RETRY_BACKOFF_MAX",
+}
+_OLD_NAMES = {new: old for old, new in RENAMED.items()}
 
 T = TypeVar("T")
 
@@ -190,9 +199,9 @@ class Settings:
     publish_timeout = Setting(float)
     database_threads = Setting(int)
     summarizer_threads = Setting(int)
-    celery_max_retries = Setting(int)
-    celery_retry_backoff = Setting(float)
-    celery_retry_backoff_max = Setting(float)
+    retries = Setting(int)
+    retry_backoff = Setting(float)
+    retry_backoff_max = Setting(float)
     tasks_results_ttl = Setting(lambda value: None if value is None else float(value))
     max_message_bytes = Setting(int)
     max_content_blocks = Setting(int)
@@ -217,10 +226,20 @@ class Settings:
         """The value as configured, unchecked (the system checks check it)."""
         if name not in DEFAULTS:
             raise AttributeError(f"Unknown {SETTING_NAME} setting {name!r}.")
-        return self.user().get(name, DEFAULTS[name])
+        user = self.user()
+        old = _OLD_NAMES.get(name)
+        if name not in user and old in user:
+            warnings.warn(
+                f"{SETTING_NAME}[{old!r}] is deprecated (it governs tasks mode too): "
+                f"rename it {name!r}.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return user[old]
+        return user.get(name, DEFAULTS[name])
 
     def unknown_keys(self) -> list[str]:
-        return sorted(set(self.user()) - set(DEFAULTS))
+        return sorted(set(self.user()) - set(DEFAULTS) - set(RENAMED))
 
     def import_callable(self, name: str) -> Callable[..., Any]:
         """Resolve a dotted-path setting, with an error that names the setting."""

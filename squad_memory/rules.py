@@ -129,9 +129,11 @@ _INVISIBLE = _INVISIBLE_BMP + "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0
 CONTROL_CHARS = re.compile(f"[{_CONTROL}]")
 INVISIBLE_CHARS = re.compile(f"[{_INVISIBLE}]")
 _HIDDEN = re.compile(f"[{_CONTROL}{_INVISIBLE}]")
-#: Both classes as the OpenAPI pattern of an id (the default, strict rule; the characters
-#: beyond the Basic Multilingual Plane are checked by the server only).
-_ESCAPED = "".join(c if c == "-" else f"\\u{ord(c):04x}" for c in _CONTROL + _INVISIBLE_BMP)
+#: Both classes as the OpenAPI pattern of an id (the default, strict rule). The server alone
+#: checks lone surrogates (no UTF-8 request carries one, and a pattern naming them is one
+#: that request generators cannot use) and the characters beyond the Basic Multilingual Plane.
+_PATTERN_CHARS = _CONTROL.replace("\ud800-\udfff", "") + _INVISIBLE_BMP
+_ESCAPED = "".join(c if c == "-" else f"\\u{ord(c):04x}" for c in _PATTERN_CHARS)
 ID_PATTERN = f"^[^{_ESCAPED}]+$"
 
 

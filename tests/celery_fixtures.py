@@ -30,8 +30,8 @@ def celery_settings(settings: Any) -> Any:
         "TRIGGER_AT": 2,
         "KEEP_LAST": 1,
         "MODE": "celery",
-        "CELERY_MAX_RETRIES": 2,
-        "CELERY_RETRY_BACKOFF": 0,
+        "RETRIES": 2,
+        "RETRY_BACKOFF": 0,
     }
     return settings
 

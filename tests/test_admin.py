@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -826,3 +827,34 @@ def test_raw_messages_the_summary_kept_verbatim_are_not_marked_summarized(
     marked = [e.seq for e in response.context["page"].entries if e.summarized]
     assert marked == [1, 2, 3, 4, 5, 6]
     assert "(#7\u2013#8 kept verbatim in it)" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("mode", "named"), [("inline", "Inline mode"), ("tasks", "db_worker"), ("celery", "Celery")]
+)
+def test_the_summarize_confirmation_names_the_mode_in_use(
+    admin_client: Client, settings: Any, mode: str, named: str
+) -> None:
+    slot = make_slot(4)
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "MODE": mode}
+    page = admin_client.get(url("slot_summarize", slot.pk)).content.decode()
+    assert named in page
+    others = {"inline": "Inline mode", "tasks": "Tasks mode", "celery": "Celery mode"}
+    assert not [m for k, m in others.items() if k != mode and m in page]
+
+
+def test_the_messages_list_marks_trimmed_rows_only(admin_client: Client) -> None:
+    slot = make_slot(4, visible_from_seq=3)  # messages 1 and 2 are trimmed
+    page = admin_client.get(reverse("admin:squad_memory_message_changelist")).content.decode()
+    assert page.count("icon-yes.svg") == 2 and "icon-no.svg" not in page
+    assert slot.message_count == 4
+
+
+def test_the_compression_log_breaks_the_summarizer_path_at_its_dots_only(
+    admin_client: Client,
+) -> None:
+    log_compression(make_slot(4), summarizer="myapp.summaries.summarize")
+    page = admin_client.get(reverse("admin:squad_memory_compression_changelist")).content.decode()
+    assert "myapp.<wbr>summaries.<wbr>summarize" in page
+    css = (Path(squad_memory.__file__).parent / "static/squad_memory/admin.css").read_text()
+    assert "field-summarizer" not in css  # no overflow-wrap: anywhere for it

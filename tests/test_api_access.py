@@ -40,7 +40,8 @@ MATRIX: list[tuple[str, Call, tuple[int, int, int, int]]] = [
     ("retrieve", lambda c, s, o: c.get(f"/api/slots/{s.pk}/"), (401, 200, 404, 200)),
     ("messages", lambda c, s, o: c.get(f"/api/slots/{s.pk}/messages/"), (401, 200, 404, 200)),
     ("buffer", lambda c, s, o: c.get(f"/api/slots/{s.pk}/buffer/"), (401, 200, 404, 200)),
-    ("history", lambda c, s, o: c.get("/api/sessions/s1/history/"), (401, 200, 200, 200)),
+    # Each caller's own session s1: only the owner has one (unknown sessions are 404).
+    ("history", lambda c, s, o: c.get("/api/sessions/s1/history/"), (401, 200, 404, 404)),
     (
         "history of owner",
         lambda c, s, o: c.get(f"/api/sessions/s1/history/?user_id={o.pk}"),
@@ -70,7 +71,7 @@ def test_lists_and_histories_show_only_what_the_caller_may_see(users: Users) -> 
     assert ids(users.staff) == {mine.pk, theirs.pk}
     other_view = client_for(users.other).get("/api/slots/", {"user_id": str(users.owner.pk)})
     assert other_view.json()["results"] == []
-    history = client_for(users.other).get("/api/sessions/s1/history/").json()
+    history = client_for(users.other).get("/api/sessions/s1/history/").json()  # their own
     assert history["user_id"] == str(users.other.pk)
     assert [m["content"][0]["text"] for m in history["messages"]] == [
         text_of(0),
@@ -247,13 +248,13 @@ def test_methods_an_endpoint_lacks_are_405_not_403(users: Users) -> None:
     assert Slot.objects.filter(pk=slot.pk).exists()
 
 
-def test_the_403_for_posting_names_the_permission_and_what_to_do(users: Users) -> None:
+def test_the_403_for_posting_names_the_permission_not_a_server_setting(users: Users) -> None:
     body = {"session_id": "s1", "agent_id": "a1", "message": one("user", "x")}
     response = post(client_for(users.reader), body)
     assert response.status_code == 403
     detail = response.json()["detail"]
     assert "squad_memory.add_message" in detail and "administrator" in detail
-    assert "API_POST_PERMISSION" in detail
+    assert "API_POST_PERMISSION" not in detail and "SQUAD_MEMORY" not in detail
 
 
 def test_without_a_post_permission_any_user_posts_their_own_messages(users: Users) -> None:

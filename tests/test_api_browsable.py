@@ -66,3 +66,18 @@ def test_an_anonymous_browser_is_refused_in_json(users: Users) -> None:
     reply = Client().get("/api/slots/", HTTP_ACCEPT=HTML)
     assert reply.status_code == 401 and reply["Content-Type"].startswith("application/json")
     assert Client().get("/api/slots/").json()["detail"]
+
+
+def test_a_user_who_is_not_staff_logs_in_to_the_browsable_api(users: Users) -> None:
+    users.reader.set_password("a long password")
+    users.reader.save()
+    browser = Client()
+    page = browser.get("/api/", HTTP_ACCEPT=HTML)  # the root is public (errors are JSON)
+    assert "/api-auth/login/" in page.content.decode()  # the Log in link
+    login = browser.post(
+        "/api-auth/login/?next=/api/slots/",
+        {"username": "reader", "password": "a long password"},
+    )
+    assert login.status_code == 302 and login["Location"] == "/api/slots/"
+    reply = browser.get("/api/slots/", HTTP_ACCEPT=HTML)
+    assert reply.status_code == 200 and reply["Content-Type"].startswith("text/html")

@@ -340,3 +340,53 @@ def test_the_schema_is_this_version_without_foreign_sample_urls(db: Any) -> None
     assert "example.org" not in reply.content.decode()
     search = reply.json()["paths"]["/api/search/"]["get"]["description"]
     assert "`<mark>`" in search and search.count("<mark>") == search.count("`<mark>`")
+
+
+def test_an_unknown_session_is_404_to_its_history_and_its_delete(users: Users) -> None:
+    client = client_for(users.owner)
+    fill(users.other, 2, session="theirs")
+    for session in ("nothing-here", "theirs"):
+        history = client.get(f"/api/sessions/{session}/history/")
+        deleted = client.delete(f"/api/sessions/{session}/")
+        assert (history.status_code, deleted.status_code) == (404, 404)
+        assert history.json() == deleted.json() == {"detail": "Not found."}
+
+
+def test_options_describes_each_endpoint(users: Users) -> None:
+    slot = fill(users.owner, 2)
+    client = client_for(users.staff)
+
+    def options(url: str) -> dict[str, Any]:
+        response = client.options(url)
+        assert response.status_code == 200
+        return dict(response.json())
+
+    post = options("/api/slots/messages/")
+    assert post["name"] == "Post messages" and "role rule" in post["description"]
+    assert {"session_id", "agent_id", "message", "messages"} <= set(post["actions"]["POST"])
+    assert "id" not in post["actions"]["POST"]  # the body's fields, not a slot's
+    buffer = options(f"/api/slots/{slot.pk}/buffer/")
+    assert "fetch_chat" in buffer["description"] and "actions" not in buffer
+    compress = options(f"/api/slots/{slot.pk}/compress/")
+    assert "Compress" in compress["description"] and "actions" not in compress  # no body
+    descriptions = {
+        options(url)["description"]
+        for url in ("/api/slots/", "/api/sessions/", "/api/search/", "/api/slots/messages/")
+    }
+    assert len(descriptions) == 4
+
+
+def test_not_found_reads_the_same_everywhere(users: Users) -> None:
+    theirs = fill(users.other, 2)
+    client = client_for(users.owner)
+    for url in (
+        f"/api/slots/{theirs.pk}/",
+        f"/api/slots/{theirs.pk}/buffer/",
+        "/api/slots/999999/messages/",
+        "/api/slots/not-a-number/",
+        "/api/sessions/unknown/history/",
+        "/api/no-such-endpoint/",
+    ):
+        response = client.get(url)
+        assert (response.status_code, response.json()) == (404, {"detail": "Not found."}), url
+    assert client.delete("/api/sessions/unknown/").json() == {"detail": "Not found."}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from io import StringIO
 from typing import Any
 
@@ -10,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import override_settings
 
+from squad_memory import checks
 from squad_memory.checks import check_settings, check_sweep_scheduled
 from squad_memory.conf import app_settings
 
@@ -48,9 +50,9 @@ def test_defaults_pass() -> None:
         ({"PUBLISH_TIMEOUT": 0}, "squad_memory.E009"),
         ({"PUBLISH_TIMEOUT": -1.0}, "squad_memory.E009"),
         ({"PUBLISH_TIMEOUT": 2000}, "squad_memory.E009"),  # milliseconds, by mistake
-        ({"CELERY_MAX_RETRIES": 1.5}, "squad_memory.E009"),
-        ({"CELERY_RETRY_BACKOFF": -1}, "squad_memory.E009"),
-        ({"CELERY_RETRY_BACKOFF_MAX": "60"}, "squad_memory.E009"),
+        ({"RETRIES": 1.5}, "squad_memory.E009"),
+        ({"RETRY_BACKOFF": -1}, "squad_memory.E009"),
+        ({"RETRY_BACKOFF_MAX": "60"}, "squad_memory.E009"),
         ({"SEARCH_TIMEOUT": -1}, "squad_memory.E009"),
         ({"MAX_ID_LENGTH": 0}, "squad_memory.E010"),
         ({"MAX_SUMMARY_CHARS": 50}, "squad_memory.E021"),
@@ -109,8 +111,10 @@ def test_migrations_are_complete() -> None:
 def test_a_warning_where_nothing_schedules_the_sweep() -> None:
     from squad_memory.management.commands.squad_memory_sweep import Command
 
+    checks._REPORTED.clear()
     with override_settings(CELERY_BEAT_SCHEDULE={"other": {"task": "x", "schedule": 60}}):
         [warning] = check_sweep_scheduled()
+        assert check_sweep_scheduled() == []  # once per process
     assert warning.id == "squad_memory.W003" and "Idempotency-Key" in warning.msg
     assert "squad_memory_sweep" in (warning.hint or "") and "beat" in (warning.hint or "")
     beat = {"sweep": {"task": "squad_memory.tasks.sweep", "schedule": 300}}
@@ -145,7 +149,7 @@ def test_every_numeric_setting_has_a_checked_range() -> None:
     [
         ("CLAIM_LEASE", 0, lambda: app_settings.claim_lease),
         ("PUBLISH_TIMEOUT", -1, lambda: app_settings.publish_timeout),
-        ("CELERY_RETRY_BACKOFF", -2, lambda: app_settings.celery_retry_backoff),
+        ("RETRY_BACKOFF", -2, lambda: app_settings.retry_backoff),
         ("LLM", {"TIMEOUT": 0}, lambda: app_settings.llm),
     ],
 )
@@ -174,3 +178,25 @@ def test_a_save_with_a_zero_claim_lease_claims_nothing() -> None:
         with pytest.raises(ImproperlyConfigured, match="CLAIM_LEASE"):
             store.fetch_chat_sync("u", "s", "a")
     assert Slot.objects.get().pending_token == ""
+
+
+def test_the_old_names_of_the_retry_settings_work_with_a_deprecation_warning() -> None:
+    old = {"CELERY_MAX_RETRIES": 7, "CELERY_RETRY_BACKOFF": 5, "CELERY_RETRY_BACKOFF_MAX": 9}
+    with override_settings(SQUAD_MEMORY=old):
+        for name, value in (("RETRIES", 7), ("RETRY_BACKOFF", 5), ("RETRY_BACKOFF_MAX", 9)):
+            with pytest.warns(DeprecationWarning, match=f"rename it '{name}'"):
+                assert app_settings.raw(name) == value
+        with pytest.warns(DeprecationWarning):
+            assert "squad_memory.W001" not in ids(**old)  # known names, not unknown ones
+    with override_settings(SQUAD_MEMORY={"CELERY_MAX_RETRIES": 7, "RETRIES": 1}):
+        assert app_settings.raw("RETRIES") == 1  # the new name wins
+
+
+def test_w003_names_celery_beat_only_where_celery_is_installed(monkeypatch: Any) -> None:
+    monkeypatch.setitem(sys.modules, "celery", None)  # as if not installed: import fails
+    checks._REPORTED.clear()
+    with override_settings(CELERY_BEAT_SCHEDULE={}):
+        [warning] = check_sweep_scheduled()
+    text = f"{warning.msg} {warning.hint}"
+    assert "cron" in text and "squad_memory_sweep" in text
+    assert "beat" not in text.lower() and "CELERY" not in text

@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,7 +90,7 @@ def read_until_serving(process: subprocess.Popen[str], port: int) -> str:
         if not line and process.poll() is not None:
             pytest.fail("the demo exited early:\n" + "".join(lines))
         lines.append(line)
-        if "Export:" in line:
+        if "Post a message:" in line:  # the last line before the server starts
             break
     while time.monotonic() < deadline:
         with socket.socket() as sock:
@@ -169,6 +170,14 @@ def test_demo_sets_up_plays_and_serves(served: tuple[str, str, Path]) -> None:
         outcomes = db.execute("SELECT outcome FROM squad_memory_compression").fetchall()
         assert ("applied",) in outcomes
 
+    # The two API commands it prints work as printed: the sessions list, then a post.
+    listed = subprocess.run(["bash", "-c", API_COMMAND["list"].search(output)[1]], **SHELL)
+    sessions = json.loads(listed.stdout)["results"]
+    assert [(s["user_id"], s["session_id"]) for s in sessions] == [("demo-user", "demo-session")]
+    posted = subprocess.run(["bash", "-c", API_COMMAND["post"].search(output)[1]], **SHELL)
+    stored = json.loads(posted.stdout)
+    assert not stored["skipped"] and stored["stored"][0]["role"] == "user", posted.stdout
+
     again = run_demo(var_dir, "--reset-password")
     assert "already stored" in again and "--replay" in again
     new = PASSWORD.search(again)
@@ -176,6 +185,11 @@ def test_demo_sets_up_plays_and_serves(served: tuple[str, str, Path]) -> None:
     Browser(base).login("admin", new.group(1))
 
 
+API_COMMAND = {
+    "list": re.compile(r"List the sessions: +(curl .+)$", re.M),
+    "post": re.compile(r"Post a message: +(curl .+)$", re.M),
+}
+SHELL: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 60, "check": True}
 PRINTED = re.compile(r"Run `([^`]+)`|Export: +(.+)$", re.M)
 
 

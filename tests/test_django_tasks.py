@@ -47,8 +47,8 @@ def tasks_settings(settings: Any) -> Iterator[Any]:
         "TRIGGER_AT": 2,
         "KEEP_LAST": 1,
         "MODE": "tasks",
-        "CELERY_MAX_RETRIES": 2,
-        "CELERY_RETRY_BACKOFF": 0,
+        "RETRIES": 2,
+        "RETRY_BACKOFF": 0,
     }
     settings.TASKS = DATABASE
     cs.CALLS.clear()
@@ -193,7 +193,7 @@ def test_saves_during_the_compression_are_compressed_by_a_follow_up_task() -> No
 def test_a_failed_attempt_enqueues_its_retry_with_backoff_keeping_the_claim(
     tasks_settings: Any,
 ) -> None:
-    tasks_settings.SQUAD_MEMORY = {**tasks_settings.SQUAD_MEMORY, "CELERY_RETRY_BACKOFF": 30}
+    tasks_settings.SQUAD_MEMORY = {**tasks_settings.SQUAD_MEMORY, "RETRY_BACKOFF": 30}
     memory = store("tests.celery_summarizers.flaky")
     cs.FAILURES_LEFT[0] = 2
     save_pairs(0, 3, memory)

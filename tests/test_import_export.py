@@ -200,3 +200,8 @@ def test_export_into_a_pipe_that_closes_early_ends_quietly(tmp_path: Path) -> No
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 3
     assert json.loads(done.stdout.splitlines()[0])["content"][0]["text"].startswith("m0 ")
     assert done.stderr == "", done.stderr  # no BrokenPipeError traceback
+
+
+def test_the_import_counts_one_slot_in_the_singular(tmp_path: Path) -> None:
+    out, _ = run_import(write(tmp_path, [line("ana", "s1", "travel", "user", "Hi")]), "--quiet")
+    assert "Imported 1 message into 1 slot." in out

@@ -7,10 +7,12 @@ against a real Redis broker and against a port where nothing listens.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
@@ -181,7 +183,7 @@ def test_unimportable_summarizer_fails_each_attempt_with_the_reason(eager: Celer
 
 
 def test_backoff_is_exponential_and_capped(settings: Any) -> None:
-    settings.SQUAD_MEMORY = {"CELERY_RETRY_BACKOFF": 2, "CELERY_RETRY_BACKOFF_MAX": 60}
+    settings.SQUAD_MEMORY = {"RETRY_BACKOFF": 2, "RETRY_BACKOFF_MAX": 60}
     assert [backoff(n) for n in range(1, 8)] == [2, 4, 8, 16, 32, 60, 60]
 
 
@@ -328,6 +330,22 @@ def test_sweep_in_inline_mode_compresses_right_away(celery_settings: Any) -> Non
     assert sweep_task.apply().get() == {"enqueued": 1, "activated": 0, "waiting": 0, "pruned": 0}
     (row,) = Compression.objects.all()
     assert (row.outcome, row.trigger) == ("applied", "sweep")
+
+
+@pytest.mark.django_db
+def test_the_sweep_command_prints_one_summary_line(
+    celery_settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    celery_settings.SQUAD_MEMORY = {**celery_settings.SQUAD_MEMORY, "MODE": "inline"}
+    _over_threshold_slot("a")
+    out = StringIO()
+    with caplog.at_level(logging.INFO, logger="squad_memory"):
+        call_command("squad_memory_sweep", stdout=out)
+    assert out.getvalue().splitlines() == [
+        "1 slot(s) over the threshold compressed or enqueued; 0 inactive slot(s) activated; "
+        "0 compression(s) still queued after PENDING_TIMEOUT; 0 finished task row(s) deleted."
+    ]
+    assert not [r for r in caplog.records if "Sweep" in r.getMessage()]  # not twice
 
 
 # -- a Redis broker that hangs -------------------------------------------------------------

@@ -84,6 +84,16 @@ def slot_report(user_id: str, session_id: str) -> list[str]:
     return lines
 
 
+def last_agent(user_id: str, session_id: str) -> str:
+    """The agent of the session's most recently active slot."""
+    slots = Slot.objects.filter(user_id=user_id, session_id=session_id)
+    return str(slots.order_by("-updated_at").values_list("agent_id", flat=True)[0])
+
+
+def admin(username: str) -> Any:
+    return get_user_model().objects.get(username=username)
+
+
 def ensure_admin(username: str, reset: bool) -> tuple[str, str | None]:
     """Create the admin user with a generated password; return (status, password or None)."""
     users = get_user_model()

@@ -28,6 +28,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from squad_memory import compression
+from squad_memory.conf import app_settings
 from squad_memory.exceptions import SquadMemoryError
 from squad_memory.messages import MessageDict
 from squad_memory.models import DJANGO_NAMESPACE, Outcome, Slot
@@ -41,6 +42,17 @@ from squad_memory.summarizers import is_summary
 Answer = HttpResponseBase | None
 #: Per-slot messages shown after a bulk action; the rest are counted.
 MAX_REPORTED = 10
+
+
+def where_it_runs(mode: str) -> str:
+    """Where a compression asked for here runs, in the words of ``MODE``."""
+    return {
+        "inline": _("Inline mode: it runs now, in this request (a summarizer call per slot)."),
+        "tasks": _("Tasks mode: it is queued for a db_worker of Django's Tasks framework."),
+        "celery": _("Celery mode: it is queued for a Celery worker."),
+    }.get(mode) or _("Mode %(mode)s: it is handed to that dispatcher.") % {"mode": mode}
+
+
 #: Slots listed on a confirmation page; the rest are counted.
 MAX_LISTED = 100
 
@@ -229,6 +241,7 @@ class SlotActionsAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "select_across": across,
             "form_url": request.get_full_path(),
             "bulk": bulk,
+            "where_it_runs": where_it_runs(app_settings.mode),
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "opts": self.opts,
         }

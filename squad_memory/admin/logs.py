@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import flatten
+from django.contrib.admin.utils import display_for_value, flatten
 from django.http import HttpRequest
 from django.template.defaultfilters import truncatechars
 from django.template.loader import render_to_string
-from django.utils.safestring import SafeString
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
@@ -69,9 +70,10 @@ class MessageAdmin(ReadOnlyAdmin):
     def time(self, message: Message) -> Any:
         return transcript.message_time(message.timestamp)
 
-    @admin.display(description=_("trimmed"), boolean=True)
-    def trimmed(self, message: Message) -> bool:
-        return message.is_trimmed
+    @admin.display(description=_("trimmed"))
+    def trimmed(self, message: Message) -> str:
+        """A mark on trimmed rows only: an untrimmed row is the ordinary case."""
+        return display_for_value(True, "", boolean=True) if message.is_trimmed else ""
 
     @admin.display(description=_("message"))
     def rendered(self, message: Message) -> SafeString:
@@ -86,7 +88,7 @@ class CompressionAdmin(ReadOnlyAdmin):
         "conversation",
         "started_at",
         "covered_range",
-        "summarizer",
+        "summarizer_path",
         "duration_ms",
         "outcome_attempt",
         "trigger",
@@ -115,6 +117,12 @@ class CompressionAdmin(ReadOnlyAdmin):
     @admin.display(description=_("covered range"))
     def covered_range(self, compression: Compression) -> str:
         return f"{compression.from_seq}..{compression.to_seq}"
+
+    @admin.display(description=_("summarizer"), ordering="summarizer")
+    def summarizer_path(self, compression: Compression) -> SafeString:
+        """The dotted path, breakable after its dots only (not letter by letter)."""
+        parts = compression.summarizer.split(".")
+        return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in parts))
 
     @admin.display(description=_("outcome"), ordering="outcome")
     def outcome_attempt(self, compression: Compression) -> str:

@@ -11,9 +11,17 @@ from typing import Any
 
 from django.apps import apps
 from django.conf import settings
+from drf_spectacular.authentication import TokenScheme
+from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
+from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.settings import patched_settings
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+)
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
@@ -23,9 +31,11 @@ import squad_memory
 from squad_memory.api.serializers import (
     ID_SCHEMA,
     ErrorSerializer,
+    PostMessagesSerializer,
     PostResultSerializer,
     ServerErrorSerializer,
 )
+from squad_memory.conf import app_settings
 from squad_memory.operations.idempotency import MAX_KEY_LENGTH
 
 SLOT_ID = OpenApiParameter(
@@ -43,6 +53,29 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     description="Optional. A retry with the same key and body returns the first answer and "
     "stores nothing; the same key with another body is a 422. Use a new UUID per request.",
 )
+
+
+def _message(role: str, text: str) -> dict[str, Any]:
+    return {"role": role, "content": [{"text": text}]}
+
+
+#: Valid bodies of a post, for the docs pages' "Try it out".
+POST_EXAMPLES = [
+    OpenApiExample(
+        "One message",
+        value={"session_id": "s1", "agent_id": "tech", "message": _message("user", "Hello")},
+        request_only=True,
+    ),
+    OpenApiExample(
+        "A batch",
+        value={
+            "session_id": "s1",
+            "agent_id": "tech",
+            "messages": [_message("user", "Hello"), _message("assistant", "Hi, how can I help?")],
+        },
+        request_only=True,
+    ),
+]
 
 
 def _error(description: str, serializer: Any = ErrorSerializer) -> OpenApiResponse:
@@ -101,6 +134,90 @@ def docs_settings() -> dict[str, Any]:
         patches.update(SWAGGER_UI_DIST="SIDECAR", SWAGGER_UI_FAVICON_HREF="SIDECAR")
         patches.update(REDOC_DIST="SIDECAR")
     return patches
+
+
+NO_NUL = {"pattern": "^[^\\u0000]*$"}
+#: A JSON value the storage can hold: strings without NUL, at any depth (the server also
+#: refuses lone surrogates, non-finite numbers and nesting past 32 levels).
+STORABLE = ResolvedComponent(  # type: ignore[no-untyped-call]
+    name="StorableJSON",
+    type=ResolvedComponent.SCHEMA,
+    object="StorableJSON",
+    schema={
+        "nullable": True,
+        "anyOf": [
+            {"type": "string", **NO_NUL},
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "array", "items": {"$ref": "#/components/schemas/StorableJSON"}},
+            {
+                "type": "object",
+                "patternProperties": {
+                    NO_NUL["pattern"]: {"$ref": "#/components/schemas/StorableJSON"}
+                },
+                "additionalProperties": False,
+            },
+        ],
+    },
+)
+
+
+class StorableSchema(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
+    """A message's content (a non-empty list of non-empty objects) and citations, as
+    storable JSON."""
+
+    target_class = "squad_memory.api.serializers.ContentField"
+    block = {
+        "type": "object",
+        "minProperties": 1,
+        "patternProperties": {NO_NUL["pattern"]: STORABLE.ref},
+        "additionalProperties": False,
+        "example": {"text": "Hello"},
+    }
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> Any:
+        auto_schema.registry.register_on_missing(STORABLE)
+        return {"type": "array", "minItems": 1, "items": self.block}
+
+
+class CitationsSchema(StorableSchema):  # type: ignore[no-untyped-call]
+    target_class = "squad_memory.api.serializers.CitationsField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> Any:
+        auto_schema.registry.register_on_missing(STORABLE)
+        return {"type": "array", "nullable": True, "items": STORABLE.ref}
+
+
+class StrictSchema(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+    """A request refusing unknown fields says so (``additionalProperties: false``); the
+    post's body has exactly one of ``message`` and ``messages`` (a rule OpenAPI states as
+    ``oneOf``, which the fields cannot say), a batch 1 to ``MAX_BATCH_SIZE`` messages."""
+
+    target_class = "squad_memory.api.serializers.StrictSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> Any:
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction != "request":
+            return schema
+        schema["additionalProperties"] = False
+        if isinstance(self.target, PostMessagesSerializer):
+            schema["oneOf"] = [{"required": ["message"]}, {"required": ["messages"]}]
+            batch = schema["properties"]["messages"]
+            batch.update(minItems=1, maxItems=app_settings.max_batch_size)
+        return schema
+
+
+class TokenKeyScheme(TokenScheme):  # type: ignore[no-untyped-call]
+    """The Authorize box of the docs pages says what to type: the keyword, a space, the key."""
+
+    priority = 0
+
+    def get_security_definition(self, auto_schema: Any) -> Any:
+        scheme = super().get_security_definition(auto_schema)  # type: ignore[no-untyped-call]
+        keyword = self.target.keyword
+        scheme["description"] = f"Type `{keyword} <key>`: the word {keyword}, a space, your key."
+        return scheme
 
 
 class _Documented:

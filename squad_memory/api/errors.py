@@ -15,10 +15,10 @@ from typing import Any, TypeVar, cast
 
 from django.db import InterfaceError, OperationalError
 from django.db.models import QuerySet
-from django.http import HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import status
-from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -63,6 +63,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, DATABASE_UNAVAILABLE):
         logger.warning("Database unavailable during an API request: %s", exc)
         exc = Unavailable()
+    if isinstance(exc, Http404):  # "No Slot matches the given query." names a model
+        exc = NotFound()
     response = drf_exception_handler(exc, context)
     if response is None:
         error_id = new_error_id()
@@ -77,7 +79,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
 
 @csrf_exempt
 def not_found(request: HttpRequest, path: str = "") -> JsonResponse:
-    return JsonResponse({"detail": "Not found."}, status=404)
+    return JsonResponse({"detail": NotFound.default_detail}, status=404)
 
 
 def new_error_id() -> str:

@@ -14,6 +14,7 @@ from rest_framework.request import Request
 #: Cursor positions must fit the BIGINT columns they compare with.
 MAX_POSITION = 2**63 - 1
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
+_DIGITS = re.compile(r"[0-9]{1,1000}")
 
 
 def _integer(value: str) -> int | None:
@@ -35,12 +36,9 @@ class NewestFirst(CursorPagination):
         value = request.query_params.get("page_size")
         if value is None:
             return int(self.page_size or 0)
-        size = _integer(value)
-        if size is None or not 1 <= size <= int(self.max_page_size or 0):
-            raise ValidationError(
-                {"page_size": [f"Must be an integer from 1 to {self.max_page_size}."]}
-            )
-        return size
+        if not _DIGITS.fullmatch(value) or int(value) < 1:
+            raise ValidationError({"page_size": ["Must be a positive integer."]})
+        return min(int(value), int(self.max_page_size or 0))  # capped, as DRF caps it
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         cursor = super().decode_cursor(request)
@@ -53,7 +51,11 @@ class NewestFirst(CursorPagination):
         parameters = super().get_schema_operation_parameters(view)
         for parameter in parameters:
             if parameter["name"] == self.page_size_query_param:
-                parameter["schema"].update(minimum=1, maximum=self.max_page_size)
+                parameter["schema"].update(minimum=1)
+                parameter["description"] = (
+                    f"Results per page ({self.page_size} by default; more than "
+                    f"{self.max_page_size} are capped at {self.max_page_size})."
+                )
         return parameters
 
     def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:

@@ -112,18 +112,30 @@ def check_json(value: Any) -> None:
 
 
 # -- what clients send -----------------------------------------------------------------------
+class ContentField(serializers.ListField):
+    """A message's content: a non-empty list of non-empty blocks (objects of storable JSON;
+    its schema is :class:`squad_memory.api.docs.StorableSchema`'s)."""
+
+
+class CitationsField(serializers.ListField):
+    """A message's citations: a list of storable JSON values, or null."""
+
+
 class MessageInSerializer(StrictSerializer):
     """One conversation message as a client sends it."""
 
     role = serializers.ChoiceField(choices=list(ROLES))
-    content = serializers.ListField(
+    content = ContentField(
         child=serializers.DictField(allow_empty=False),
         min_length=1,
         validators=[check_json],
         help_text='Content blocks, e.g. [{"text": "Hello"}].',
     )
-    citations = serializers.ListField(
-        child=serializers.JSONField(), required=False, allow_null=True, validators=[check_json]
+    citations = CitationsField(
+        child=serializers.JSONField(allow_null=True),
+        required=False,
+        allow_null=True,
+        validators=[check_json],
     )
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from rest_framework.exceptions import (
     PermissionDenied,
     ValidationError,
 )
+from rest_framework.metadata import SimpleMetadata
 from rest_framework.permissions import SAFE_METHODS, AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -35,6 +36,7 @@ from squad_memory.api import access, errors, serializers, throttling
 from squad_memory.api.docs import (
     IDEMPOTENCY_KEY,
     KEY_PATTERN,
+    POST_EXAMPLES,
     SESSION_ID,
     SKIPPED,
     SLOT_ID,
@@ -148,15 +150,21 @@ class SlotAccess(BasePermission):
         if needed is None or user.has_perm(needed):
             return True
         self.message = f"This needs the {needed} permission: ask an administrator for it."
-        if needed == access.post_permission():
-            self.message += (
-                " (SQUAD_MEMORY['API_POST_PERMISSION'] = None lets users post their own.)"
-            )
         return False
+
+
+class EndpointMetadata(SimpleMetadata):
+    """``OPTIONS``: the endpoint's name and description, and the fields of the body its POST
+    takes (:meth:`ApiMixin.request_body`; none for a POST without a body)."""
+
+    def determine_actions(self, request: Request, view: Any) -> dict[str, Any]:
+        body = view.request_body()
+        return {} if body is None else {"POST": self.get_serializer_info(body())}
 
 
 class ApiMixin(APIView):
     permission_classes = [SlotAccess]
+    metadata_class = EndpointMetadata
     parser_classes = [LimitedJSONParser]
     renderer_classes = RENDERERS
     throttle_classes = throttling.THROTTLE_CLASSES
@@ -195,6 +203,10 @@ class ApiMixin(APIView):
     def write_permission(self) -> str | None:
         """The permission an unsafe request needs besides ownership (None: none)."""
         return access.MANAGE_PERMISSION
+
+    def request_body(self) -> type[Any] | None:
+        """The serializer of the body this endpoint's POST takes (None: no body)."""
+        return None
 
 
 def respond_once(request: Request, write: Callable[[], Answer]) -> Response:
@@ -252,6 +264,10 @@ class SlotViewSet(
     def throttle_scope(self) -> str | None:
         return throttling.COMPRESS_SCOPE if getattr(self, "action", None) == "compress" else None
 
+    def request_body(self) -> type[Any] | None:
+        posts = self.action_map.get("post")  # the action a POST here runs (this may be OPTIONS)
+        return serializers.PostMessagesSerializer if posts == "post_messages" else None
+
     def write_permission(self) -> str | None:
         if self.action == "destroy":
             return None  # the owner needs none; others are checked in destroy
@@ -291,6 +307,7 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["get"], pagination_class=BySeq)
     def messages(self, request: Request, pk: str | None = None) -> Response:
+        """Every accepted message of the slot by sequence number, trimmed ones flagged."""
         slot = self.get_readable_object(MESSAGE)
         rows: Any = slot.messages.all()  # a queryset of another model, each row's slot loaded
         if words := query(serializers.MessageFilterSerializer, request).get("q"):
@@ -310,6 +327,7 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def buffer(self, request: Request, pk: str | None = None) -> Response:
+        """What fetch_chat returns: the summary followed by the newer messages."""
         slot = self.get_readable_object(MESSAGE)
         size = query(serializers.BufferQuerySerializer, request).get("max_history_size")
         with errors.storage_errors(request, Slot.objects.filter(pk=slot.pk)):
@@ -328,6 +346,7 @@ class SlotViewSet(
         "project set None); posting for another user's user_id needs staff with "
         "view_message too, the right to read that user's messages.",
         request=serializers.PostMessagesSerializer,
+        examples=POST_EXAMPLES,
         parameters=[IDEMPOTENCY_KEY],
         responses=responses(
             {201: serializers.PostResultSerializer, 200: SKIPPED}, 400, 413, 422, 502
@@ -335,6 +354,7 @@ class SlotViewSet(
     )
     @action(detail=False, methods=["post"], url_path="messages", pagination_class=None)
     def post_messages(self, request: Request) -> Response:
+        """Store a message (with the role rule) or a batch in a slot, creating it if new."""
         serializer = serializers.PostMessagesSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
@@ -374,6 +394,7 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["post"], pagination_class=None)
     def compress(self, request: Request, pk: str | None = None) -> Response:
+        """Compress the slot's buffer now, whatever its length."""
         slot = self.get_object()
         this = Slot.objects.filter(pk=slot.pk)
         with errors.storage_errors(request, this):
@@ -395,6 +416,7 @@ class SlotViewSet(
     )
     @action(detail=True, methods=["post"], pagination_class=None)
     def reset(self, request: Request, pk: str | None = None) -> Response:
+        """Drop the summary and any pending compression; the raw history stays."""
         slot = self.get_object()
         compression.reset(slot.pk)
         return Response(serializers.SlotSerializer(fresh(slot)).data)
@@ -507,8 +529,11 @@ class SessionHistoryView(ApiMixin):
             raise NotFound()
         user_id = given or access.user_id_for(request.user)
         slots = access.visible_slots(request.user, get_storage().namespace)
-        with errors.storage_errors(request, slots.filter(user_id=user_id, session_id=session_id)):
+        session = slots.filter(user_id=user_id, session_id=session_id)
+        with errors.storage_errors(request, session):
             messages = get_storage().fetch_all_chats_sync(user_id, session_id)
+        if not messages and not session.exists():
+            raise NotFound()  # as its DELETE answers
         data = {"user_id": user_id, "session_id": session_id, "messages": messages}
         return Response(serializers.HistorySerializer(data).data)
 

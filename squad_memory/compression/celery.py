@@ -54,7 +54,7 @@ def summarize_slot(
 ) -> str:
     """Run the compression claimed with ``token``, retrying with backoff if the summarizer
     fails; its outcome (``skipped``: the claim was released or replaced, a duplicate task)."""
-    max_retries = app_settings.celery_max_retries
+    max_retries = app_settings.retries
     attempt = self.request.retries + 1
     claimed = Claim(slot_id, token, keep_last)
     result = run(

@@ -193,9 +193,9 @@ def follow_up(
 
 def backoff(attempt: int) -> float:
     """Seconds before a queued compression retries after failed ``attempt`` (1-based): doubling
-    from ``CELERY_RETRY_BACKOFF`` up to ``CELERY_RETRY_BACKOFF_MAX`` (Celery and tasks mode)."""
-    base = app_settings.celery_retry_backoff
-    return min(app_settings.celery_retry_backoff_max, base * 2.0 ** (attempt - 1))
+    from ``RETRY_BACKOFF`` up to ``RETRY_BACKOFF_MAX`` (Celery and tasks mode)."""
+    base = app_settings.retry_backoff
+    return min(app_settings.retry_backoff_max, base * 2.0 ** (attempt - 1))
 
 
 def dispatcher_class(mode: str) -> type[Dispatcher]:

@@ -4,7 +4,7 @@
 the background with no broker; with the immediate backend, right after the saving commit.
 
 :data:`summarize_slot` runs one claim; a failed attempt enqueues the next itself,
-``backoff(attempt)`` seconds later, up to ``CELERY_MAX_RETRIES`` retries, keeping the claim
+``backoff(attempt)`` seconds later, up to ``RETRIES`` retries, keeping the claim
 meanwhile (on a backend that cannot defer, the first attempt is final). A worker killed
 mid-compression leaves its task marked running for good (django-tasks-db does not take it back) and
 its claim to run out ``CLAIM_LEASE``, after which a save or the sweep enqueues it again.
@@ -94,7 +94,7 @@ def summarize_slot(
     attempt: int = 1,
 ) -> str:
     """Run the compression claimed with ``token`` (see the module); returns its outcome."""
-    retry = attempt <= app_settings.celery_max_retries and _backend().supports_defer
+    retry = attempt <= app_settings.retries and _backend().supports_defer
     claimed = Claim(slot_id, token, keep_last)
     # Running now: a worker killed from here on frees the slot within one CLAIM_LEASE.
     renew(slot_id, token, app_settings.claim_lease)

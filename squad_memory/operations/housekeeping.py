@@ -26,7 +26,8 @@ def sweep(*, activate: bool = False, limit: int | None = None) -> SweepReport:
     assert dispatcher is not None
     report = redispatch(dispatcher, activate_inactive=activate, limit=limit)
     logger.log(
-        logging.WARNING if report.waiting else logging.INFO,  # waiting: compressions lag
+        # Debug unless compressions lag: the command prints its own summary line.
+        logging.WARNING if report.waiting else logging.DEBUG,
         "Sweep compressed or enqueued %s slot(s), activated %s; %s still queued after "
         "PENDING_TIMEOUT (lagging: is a worker running?); %s finished task row(s) deleted.",
         *(report.enqueued, report.activated, report.waiting, report.pruned),

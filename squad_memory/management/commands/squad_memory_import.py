@@ -47,7 +47,11 @@ class Command(BaseCommand):
             raise CommandError(f"No such file: {options['file']}") from exc
         except ImportFileError as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(f"Imported {report.messages} messages into {len(report.slots)} slots.")
+        messages, slots = report.messages, len(report.slots)
+        self.stdout.write(
+            f"Imported {messages} message{'s' * (messages != 1)} "
+            f"into {slots} slot{'s' * (slots != 1)}."
+        )
 
     def _progress(self, text: str) -> None:
         self.stderr.write(text)

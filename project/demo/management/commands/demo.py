@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -72,6 +73,8 @@ class Command(BaseCommand):
         self._admin(options["username"], options["reset_password"])
         session = self._play(options["replay"])
         self._where_to_look(options["addrport"], options["username"], session)
+        if settings.API:
+            self._api_commands(options["addrport"], options["username"], session)
         if not options["no_serve"]:
             call_command("runserver", options["addrport"], use_reloader=False)
 
@@ -133,7 +136,33 @@ class Command(BaseCommand):
             "\nWhere to look:\n"
             f"  Admin:     {base}/admin/  (user {username!r})\n"
             f"  Slots:     {base}/admin/squad_memory/slot/\n"
-            f"  API:       {base}/api/slots/  (log in to the admin first, or use a token)\n"
+            f"  API:       {base}/api/sessions/  (log in at {base}/api-auth/login/, or use the "
+            "token below)\n"
             f"  API docs:  {base}/api/docs/\n"
             f"  Export:    {manage_command('squad_memory_export', '--session', session)}\n"
+        )
+
+    def _api_commands(self, addrport: str, username: str, session: str) -> None:
+        """The admin's API token, and two API requests that work as printed: the sessions
+        list (staff see every user's) and a post of a message into the demo's conversation."""
+        from rest_framework.authtoken.models import Token
+
+        token, _ = Token.objects.get_or_create(user=play.admin(username))
+        data = play.load()
+        agent = play.last_agent(data["user_id"], session)
+        body = {
+            "user_id": data["user_id"],
+            "session_id": session,
+            "agent_id": agent,
+            "message": {"role": "user", "content": [{"text": "And what about the weekend?"}]},
+        }
+        curl = ["curl", "-s", "-H", f"Authorization: Token {token.key}"]
+        api = f"http://{addrport}/api"
+        listing = shlex.join([*curl, f"{api}/sessions/"])
+        json_body = ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
+        posting = shlex.join([*curl, "-X", "POST", *json_body, f"{api}/slots/messages/"])
+        self.stdout.write(
+            f"API token of {username!r}: {token.key}\n"
+            f"  List the sessions: {listing}\n"
+            f"  Post a message:    {posting}\n"
         )
