@@ -214,7 +214,8 @@ def w4(r: dict[str, Any]) -> list[str]:
         f"median through it, {f(rtt.get('local'))} ms without). Tasks mode: a "
         "`manage.py db_worker` runs the "
         'compressions. Latencies in ms; "others\' fetch p99": fetch_chat calls that overlap '
-        "a summary of another conversation (inline mode); connections: the most server "
+        "a summary of another conversation and none of their own (inline mode); "
+        "connections: the most server "
         "connections of the process seen in `pg_stat_activity` (sampled every 20 ms).",
         "",
     ]

@@ -177,8 +177,8 @@ async def conversations(
     """W4: ``count_`` conversations at once in this event loop, each ``turns`` turns as
     agent-squad's orchestrator makes them: fetch_chat, save the user message, save the
     answer. Messages stored per second, the turn's latency, fetch_chat's, and fetch_chat's
-    while a slow summary of another conversation runs in this process (each message names
-    its conversation, and so does the last message a summary reads)."""
+    while a slow summary of another conversation runs in this process and none of its own
+    (each message names its conversation, and so does the last message a summary reads)."""
     summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
     storage = SummarizingChatStorage(DjangoChatStorage(), summarizer, *trigger, mode=mode)
     turn_s: list[float] = []
@@ -206,10 +206,16 @@ async def conversations(
     if sampler is not None:
         sampler.stop.set()
         sampler.join()
-    during = [  # a summary's last message names its conversation
-        f1 - f0
+
+    def overlaps(tag: str, f0: float, f1: float, own: bool) -> bool:
+        return any(
+            f0 < s1 and s0 < f1 and (tag in text) == own for s0, s1, text in systems.SUMMARIES
+        )
+
+    during = [  # a summary's last message names its conversation; a fetch that ran its own
+        f1 - f0  # conversation's summary waited for that one, not for another's
         for tag, f0, f1 in fetches
-        if any(f0 < s1 and s0 < f1 and tag not in text for s0, s1, text in systems.SUMMARIES)
+        if overlaps(tag, f0, f1, own=False) and not overlaps(tag, f0, f1, own=True)
     ]
     return {
         "conversations": count_,
