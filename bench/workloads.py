@@ -212,10 +212,11 @@ async def conversations(
             f0 < s1 and s0 < f1 and (tag in text) == own for s0, s1, text in systems.SUMMARIES
         )
 
+    beside = [(tag, f0, f1) for tag, f0, f1 in fetches if overlaps(tag, f0, f1, own=False)]
     during = [  # a summary's last message names its conversation; a fetch that ran its own
         f1 - f0  # conversation's summary waited for that one, not for another's
-        for tag, f0, f1 in fetches
-        if overlaps(tag, f0, f1, own=False) and not overlaps(tag, f0, f1, own=True)
+        for tag, f0, f1 in beside
+        if not overlaps(tag, f0, f1, own=True)
     ]
     return {
         "conversations": count_,
@@ -225,6 +226,7 @@ async def conversations(
         "turn": stats(turn_s),
         "fetch": stats([f1 - f0 for _, f0, f1 in fetches]),
         "fetch_during_summaries": stats(during),
+        "fetches_beside_summaries": len(beside),  # overlapping another's, own or not
         "summaries": len(systems.SUMMARIES),
         "connections": sampler.peak if sampler else None,
     }
