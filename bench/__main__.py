@@ -18,6 +18,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -64,6 +65,11 @@ CONCURRENCY = [
     ("inline, 1 s summarizer, database 2 ms away", "inline", True, True, False),
     ("tasks, 1 s summarizer, database 2 ms away", "tasks", True, True, False),
 ]
+
+
+def _drain(stream: Any) -> None:
+    for _ in iter(stream.readline, ""):
+        pass
 
 
 class Run:
@@ -183,6 +189,8 @@ class Run:
             while ready and proc.stdout and ready not in proc.stdout.readline():
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"{cmd[2:5]} did not start")
+            # Keep reading what it writes: a full pipe would stop it mid-log.
+            threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
             yield proc
         finally:
             if proc.stdin:
