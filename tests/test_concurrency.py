@@ -31,18 +31,9 @@ def text(message: dict) -> str:  # type: ignore[type-arg]
     return str(message["content"][0]["text"])
 
 
-def test_concurrent_writers_lose_nothing_and_keep_order() -> None:
-    writers = {
-        "b1": "batch",
-        "b2": "batch",
-        "s1": "single",
-        "s2": "single",
-        "s3": "single",
-        "ab": "async-batch",  # the async API, one event loop per process
-        "as": "async-single",
-    }
-    count = 80  # 7 writers: 560 messages, within the fold summary's MAX_SUMMARY_CHARS
-    env = {**os.environ, "DATABASE_URL": database_url(), "TRIGGER_AT": "5"}
+def run_writers(writers: dict[str, str], count: int, **env: str) -> dict[str, str]:
+    """Run ``tests.writer_process`` NAME MODE COUNT for each writer at once; their outputs."""
+    env = {**os.environ, "DATABASE_URL": database_url(), **env}
     procs = {
         name: subprocess.Popen(
             [sys.executable, "-m", "tests.writer_process", name, mode, str(count)],
@@ -55,6 +46,21 @@ def test_concurrent_writers_lose_nothing_and_keep_order() -> None:
     }
     outs = {name: p.communicate(timeout=240)[0] for name, p in procs.items()}
     assert [p.returncode for p in procs.values()] == [0] * len(procs), outs
+    return outs
+
+
+def test_concurrent_writers_lose_nothing_and_keep_order() -> None:
+    writers = {
+        "b1": "batch",
+        "b2": "batch",
+        "s1": "single",
+        "s2": "single",
+        "s3": "single",
+        "ab": "async-batch",  # the async API, one event loop per process
+        "as": "async-single",
+    }
+    count = 80  # 7 writers: 560 messages, within the fold summary's MAX_SUMMARY_CHARS
+    run_writers(writers, count, TRIGGER_AT="5")
 
     slot = Slot.objects.get(agent_id="shared")
     rows = list(Message.objects.filter(slot=slot).order_by("seq").values("seq", "role", "content"))
@@ -91,19 +97,7 @@ def test_each_save_returns_the_stored_history_up_to_its_own_messages() -> None:
     predates that wait)."""
     writers = {f"w{i}": "returns" for i in range(5)} | {"aw": "async-returns"}
     count = 60
-    env = {**os.environ, "DATABASE_URL": database_url()}
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, "-m", "tests.writer_process", name, mode, str(count)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for name, mode in writers.items()
-    }
-    outs = {name: p.communicate(timeout=240)[0] for name, p in procs.items()}
-    assert [p.returncode for p in procs.values()] == [0] * len(procs), outs
+    outs = run_writers(writers, count)
 
     slot = Slot.objects.get(agent_id="returns")
     raw = [text(r) for r in Message.objects.filter(slot=slot).order_by("seq").values("content")]
