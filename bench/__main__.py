@@ -67,9 +67,11 @@ CONCURRENCY = [
 ]
 
 
-def _drain(stream: Any) -> None:
-    for _ in iter(stream.readline, ""):
-        pass
+def _drain(stream: Any, log: Path) -> None:
+    with log.open("a") as out:
+        for line in iter(stream.readline, ""):
+            out.write(line)
+            out.flush()
 
 
 class Run:
@@ -80,6 +82,7 @@ class Run:
         self.id, self.steps = f"r{int(time.time())}", itertools.count()
         self.urls = {"sqlite": f"sqlite:///{work / 'bench.sqlite3'}"}
         self.results: dict[str, Any] = {"params": self.p, "quick": quick, "skipped": []}
+        self.logs: list[Path] = []  # the helper processes' output, newest last
 
     def env(self, url: str, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -166,7 +169,8 @@ class Run:
             text=True,
         )
         if proc.returncode != 0:
-            raise RuntimeError(f"benchmark step {tag} failed:\n{proc.stderr[-4000:]}")
+            logs = "".join(f"\n{log}:\n{log.read_text()[-3000:]}" for log in self.logs[-2:])
+            raise RuntimeError(f"benchmark step {tag} failed:\n{proc.stderr[-4000:]}{logs}")
         print(f"  {tag}: {time.perf_counter() - started:.1f} s", flush=True)
         return json.loads(Path(spec["out"]).read_text())
 
@@ -184,13 +188,18 @@ class Run:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
+        log = self.work / f"{Path(cmd[2]).stem}-{next(self.steps)}.log"
         try:
-            deadline = time.monotonic() + 60
-            while ready and proc.stdout and ready not in proc.stdout.readline():
+            deadline, line = time.monotonic() + 60, ""
+            while ready and proc.stdout and ready not in line:
+                line = proc.stdout.readline()
+                with log.open("a") as out:
+                    out.write(line)
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{cmd[2:5]} did not start")
-            # Keep reading what it writes: a full pipe would stop it mid-log.
-            threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
+                    raise RuntimeError(f"{cmd[2:5]} did not start; see {log}")
+            # Keep reading what it writes (a full pipe would stop it mid-log), into a file.
+            threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
+            self.logs.append(log)
             yield proc
         finally:
             if proc.stdin:

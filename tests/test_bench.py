@@ -26,7 +26,9 @@ BENCH_DATABASE_URL = os.environ.get(
 )
 BENCH_REDIS_URL = os.environ.get("TEST_BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 
-pytestmark = pytest.mark.services
+# One run for the module on one xdist worker: two runs at once would empty each other's
+# database and broker.
+pytestmark = [pytest.mark.services, pytest.mark.xdist_group("bench")]
 
 
 @pytest.fixture(scope="module")
