@@ -12,12 +12,20 @@ from typing import Any
 
 import pytest
 from agent_squad.types import ConversationMessage
+from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 pytest.register_assert_rewrite("tests.celery_fixtures", "tests.api_fixtures")
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# Connections outlive a call, as in a deployment that serves async callers: with Django's
+# default CONN_MAX_AGE of 0, each call of the async API opens a connection of its own (on
+# PostgreSQL, a third of the async tests' time). The tests of the database threads set
+# CONN_MAX_AGE and CONN_HEALTH_CHECKS themselves.
+for _database in settings.DATABASES.values():
+    _database["CONN_MAX_AGE"] = None
 
 
 def require(condition: bool, reason: str) -> None:
