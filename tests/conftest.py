@@ -4,10 +4,14 @@ and fail instead under ``CI=true``, where every service must be there."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +30,14 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 # CONN_MAX_AGE and CONN_HEALTH_CHECKS themselves.
 for _database in settings.DATABASES.values():
     _database["CONN_MAX_AGE"] = None
+    if _database["ENGINE"] == "django.db.backends.sqlite3":
+        # A test database in a file, as the embedded default is (WAL, writers wait for the
+        # lock): SQLite's in-memory test database locks whole tables across connections and
+        # fails at once where a file waits, and async calls run on several threads.
+        _files = Path(tempfile.mkdtemp(prefix="squad-memory-tests-"))
+        atexit.register(shutil.rmtree, _files, ignore_errors=True)
+        _test = _database.setdefault("TEST", {})
+        _test["NAME"] = _test.get("NAME") or str(_files / Path(_database["NAME"]).name)
 
 
 def require(condition: bool, reason: str) -> None:

@@ -26,12 +26,12 @@ BENCH_DATABASE_URL = os.environ.get(
 )
 BENCH_REDIS_URL = os.environ.get("TEST_BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 
-# One run for the module on one xdist worker: two runs at once would empty each other's
-# database and broker.
+# One run on one xdist worker: two runs at once would empty each other's database and
+# broker. Session-scoped: other modules' tests may run between this module's.
 pytestmark = [pytest.mark.services, pytest.mark.xdist_group("bench")]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     pool = importlib.util.find_spec("psycopg_pool")  # Django's PostgreSQL pool, in W4
     require(pool is not None, "W4 needs psycopg's pool: pip install 'psycopg[pool]'")
