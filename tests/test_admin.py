@@ -225,7 +225,7 @@ def test_slot_page_shows_raw_history_buffer_and_compression_log(admin_client: Cl
     assert [f">{t}<" in buffer_pane for t in ("q9", "a10", "q11", "a12")] == [True] * 4
     assert ">q7<" not in buffer_pane
     log = page.split('id="compression-log"')[1]
-    assert "#1..#8" in log and "tests.summarize" in log and "12 ms" in log
+    assert "#1..#8" in log and "tests.<wbr>summarize" in log and "12 ms" in log
     assert "BoomError: backend down" in log and "failed" in log and "no output" in log
 
 
@@ -858,3 +858,68 @@ def test_the_compression_log_breaks_the_summarizer_path_at_its_dots_only(
     assert "myapp.<wbr>summaries.<wbr>summarize" in page
     css = (Path(squad_memory.__file__).parent / "static/squad_memory/admin.css").read_text()
     assert "field-summarizer" not in css  # no overflow-wrap: anywhere for it
+
+
+def test_the_slot_pages_compression_log_breaks_the_summarizer_path_at_its_dots_only(
+    admin_client: Client,
+) -> None:
+    slot = make_slot(4)
+    logged = log_compression(slot, summarizer="myapp.summaries.summarize")
+    page = admin_client.get(url("slot_change", slot.pk)).content.decode()
+    log = page[page.index('id="compression-log"') :]
+    assert '<td class="sm-summarizer">myapp.<wbr>summaries.<wbr>summarize</td>' in log
+    detail = admin_client.get(url("compression_change", logged.pk)).content.decode()
+    assert "myapp.<wbr>summaries.<wbr>summarize" in detail
+    css = (Path(squad_memory.__file__).parent / "static/squad_memory/admin.css").read_text()
+    rule = re.search(r"\.sm-log td\.sm-summarizer \{([^}]*)\}", css)
+    assert rule and "overflow-wrap: normal" in rule.group(1)  # not anywhere, as other cells
+
+
+#: How the admin showed some dates (2024-06-01 12:30): not the admin's own format.
+ISO_SHOWN = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d")
+
+
+def test_every_date_and_time_in_the_admin_reads_one_way(
+    admin_client: Client, settings: Any
+) -> None:
+    """List pages, detail pages and the compression log show each date and time in the
+    admin's own format (DATETIME_FORMAT, in the current time zone), as Django shows its
+    fields; a machine-readable ``datetime`` attribute aside."""
+    settings.TIME_ZONE = "America/New_York"  # the shown times are local, not UTC
+    started = timezone.now() - timedelta(hours=3, seconds=17)
+    slot = active_slot(4, covered=2)
+    Slot.objects.filter(pk=slot.pk).update(
+        pending_since=started, retry_after=started + timedelta(minutes=5)
+    )
+    slot.refresh_from_db()
+    logged = log_compression(slot, started_at=started, finished_at=started + timedelta(seconds=2))
+    first = Message.objects.get(slot=slot, seq=1)
+    times = [transcript_time(m.timestamp) for m in Message.objects.filter(slot=slot)]
+    pages = {
+        url("slot_changelist"): [slot.updated_at],
+        url("slot_change", slot.pk): [
+            slot.created_at,
+            slot.updated_at,
+            slot.pending_since,
+            slot.retry_after,
+            logged.started_at,
+            *times,
+        ],
+        url("message_changelist"): times,
+        url("message_change", first.pk): [times[0]],
+        url("compression_changelist"): [logged.started_at],
+        url("compression_change", logged.pk): [logged.started_at, logged.finished_at],
+    }
+    for address, values in pages.items():
+        page = admin_client.get(address).content.decode()
+        page = re.sub(r'datetime="[^"]*"', "", page)
+        assert not ISO_SHOWN.findall(page), address
+        for value in values:
+            shown = formats.localize(timezone.template_localtime(value))
+            assert escape(shown) in page, (address, shown)
+
+
+def transcript_time(timestamp_ms: int) -> Any:
+    from squad_memory.admin.transcript import message_time
+
+    return message_time(timestamp_ms)

@@ -216,4 +216,12 @@ def test_the_admin_lists_fit_1400px_in_light_and_dark(
     assert started.evaluate("el => getComputedStyle(el).whiteSpace") == "nowrap"
     lines = "el => { const r = document.createRange(); r.selectNodeContents(el); return r.getClientRects().length; }"
     assert started.evaluate(lines) == 1  # the timestamp does not wrap
+    # The summarizer's dotted path wraps after its dots only: each part on one line.
+    parts = (
+        "el => [...el.childNodes].filter(n => n.nodeType === Node.TEXT_NODE).map(n => {"
+        " const r = document.createRange(); r.selectNodeContents(n);"
+        " return r.getClientRects().length; })"
+    )
+    summarizer = page.locator("#compression-log td.sm-summarizer").first
+    assert "." in summarizer.inner_text() and set(summarizer.evaluate(parts)) == {1}
     print(f"screenshots: {tmp_path}")

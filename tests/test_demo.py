@@ -42,11 +42,11 @@ def demo_env(var_dir: Path) -> dict[str, str]:
     return env
 
 
-def run_demo(var_dir: Path, *args: str) -> str:
+def run_demo(var_dir: Path, *args: str, **env: str) -> str:
     done = subprocess.run(
         [sys.executable, "manage.py", "demo", "--no-serve", *args],
         cwd=ROOT,
-        env=demo_env(var_dir),
+        env={**demo_env(var_dir), **env},
         capture_output=True,
         text=True,
         timeout=180,
@@ -150,6 +150,15 @@ def test_demo_sets_up_plays_and_serves(served: tuple[str, str, Path]) -> None:
     assert status == 200 and isinstance(json.loads(body), (dict, list))
     status, _ = browser.get("/api/docs/")
     assert status == 200
+    # The summary taking over, and the slot page it names, which shows it.
+    took_over = TOOK_OVER.search(output)
+    assert took_over, output
+    see = re.search(
+        rf"See it: {re.escape(base)}(/admin/squad_memory/slot/\d+/change/)$", output, re.M
+    )
+    assert see, output
+    status, page = browser.get(see[1])
+    assert status == 200 and "travel-agent" in page and "Summary, covering raw messages" in page
 
     script = json.loads(FIXTURE.read_text())
     with sqlite3.connect(var_dir / "db.sqlite3") as db:
@@ -184,6 +193,8 @@ def test_demo_sets_up_plays_and_serves(served: tuple[str, str, Path]) -> None:
     assert new and new.group(1) != match.group(1)
     Browser(base).login("admin", new.group(1))
 
+
+TOOK_OVER = re.compile(r"^A summary took over at turn (\d+): from then on (\S+) was given", re.M)
 
 API_COMMAND = {
     "list": re.compile(r"List the sessions: +(curl .+)$", re.M),
@@ -253,3 +264,68 @@ def test_demo_in_process_keeps_an_existing_password() -> None:
     out = io.StringIO()
     call_command("demo", "--no-serve", stdout=out)
     assert "already stored" in out.getvalue()
+
+
+def first_turn_given_a_summary(var_dir: Path) -> tuple[int, str]:
+    """The turn (from 1) whose scripted reply first says a summary was in its context."""
+    with sqlite3.connect(var_dir / "db.sqlite3") as db:
+        rows = db.execute(
+            "SELECT s.agent_id, m.content FROM squad_memory_message m JOIN squad_memory_slot s "
+            "ON m.slot_id = s.id WHERE m.role = 'assistant' ORDER BY m.id"
+        ).fetchall()
+    replies = [(agent, json.loads(content)[0]["text"]) for agent, content in rows]
+    return next((n, a) for n, (a, text) in enumerate(replies, 1) if "incl. a summary" in text)
+
+
+def test_the_demo_shows_the_turn_a_summary_took_over(tmp_path: Path) -> None:
+    """Inline mode (the demo's default outside make): the saves compress, and the output
+    names the first turn whose agent was given the summary, as the transcript shows it."""
+    output = run_demo(tmp_path)
+    took_over = TOOK_OVER.search(output)
+    assert took_over, output
+    assert (int(took_over[1]), took_over[2]) == first_turn_given_a_summary(tmp_path)
+    with sqlite3.connect(tmp_path / "db.sqlite3") as db:
+        query = "SELECT id FROM squad_memory_slot WHERE agent_id = ?"
+        (pk,) = db.execute(query, (took_over[2],)).fetchone()
+    assert f"See it: http://127.0.0.1:8000/admin/squad_memory/slot/{pk}/change/" in output
+
+
+def test_with_no_worker_it_waits_a_bounded_time_then_says_where_to_look(tmp_path: Path) -> None:
+    """Tasks mode with no db_worker running: the compression stays queued; the demo waits
+    --wait seconds at most, then names the slot's admin page, on the address it serves."""
+    port = free_port()
+    started = time.monotonic()
+    output = run_demo(tmp_path, "--addrport", str(port), "--wait", "1.5", SQUAD_MEMORY_MODE="tasks")
+    assert time.monotonic() - started < 60
+    assert "Waiting up to 1.5 s for the db_worker" in output, output
+    with sqlite3.connect(tmp_path / "db.sqlite3") as db:
+        pending = db.execute(
+            "SELECT id, agent_id FROM squad_memory_slot WHERE pending_since IS NOT NULL"
+        ).fetchall()
+        assert not db.execute("SELECT 1 FROM squad_memory_compression").fetchall()
+    ((pk, agent),) = pending
+    page = f"http://127.0.0.1:{port}/admin/squad_memory/slot/{pk}/change/"  # runserver's reading
+    assert f"No summary yet: {agent}'s buffer holds all its" in output
+    assert "the db_worker has not finished compressing it yet" in output
+    assert (
+        f"admin page (the buffer beside the raw history, and the compression log): {page}" in output
+    )
+    assert not TOOK_OVER.search(output) and "A summary" not in output
+
+
+def test_the_password_reset_hint_names_the_address_the_server_uses(tmp_path: Path) -> None:
+    """A port alone (``--addrport 9123``) serves on 127.0.0.1:9123, as runserver reads it: the
+    hint to reset the password carries it and names that login page, and so does what the
+    hint prints when it is run."""
+    port = str(free_port())
+    run_demo(tmp_path, "--addrport", port)
+    again = run_demo(tmp_path, "--addrport", port)
+    base = f"http://127.0.0.1:{port}"
+    (hint,) = [a for a, _ in PRINTED.findall(again) if "--reset-password" in a]
+    assert hint.endswith(f"--addrport {port}"), hint
+    assert f"`{hint}` to get a new one, then log in at {base}/admin/." in again
+    assert "http://127.0.0.1:8000" not in again and f"http://{port}" not in again
+    done = fresh_shell(hint, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert PASSWORD.search(done.stdout) and f"Admin:     {base}/admin/" in done.stdout
+    assert "http://127.0.0.1:8000" not in done.stdout

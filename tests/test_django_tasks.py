@@ -187,6 +187,40 @@ def test_saves_during_the_compression_are_compressed_by_a_follow_up_task() -> No
     assert slot().pending_token == "" and DBTaskResult.objects.count() == 2
 
 
+def test_right_after_each_task_buffer_tokens_is_the_summary_and_the_rows_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's compressions keep ``buffer_tokens`` as its help text says (the summary
+    plus the messages after it), the first one with a save landing while it summarized."""
+    from django.db.models import Sum
+
+    from squad_memory.compression import runner
+    from squad_memory.models import Message
+    from squad_memory.rules import count_all
+
+    totals: list[tuple[int, int, int]] = []
+    settle = runner.settle
+
+    def settled(*args: Any) -> Any:
+        result = settle(*args)
+        s = slot()
+        after = Message.objects.filter(slot=s, seq__gt=s.covered_seq)
+        stored = after.aggregate(total=Sum("tokens"))["total"] or 0
+        assert s.summary_tokens == count_all(s.summary)
+        totals.append((s.buffer_tokens, s.summary_tokens, stored))
+        return result
+
+    monkeypatch.setattr(runner, "settle", settled)
+    memory = store()
+    save_pairs(0, 3, memory)
+    memory.fetch_chat_sync(*KEY)
+    cs.DURING.append(lambda: save_pairs(3, 5))
+    work()  # the first task (two pairs saved meanwhile), then the follow-up it enqueued
+    assert attempts() == [(1, "applied"), (1, "applied")]
+    assert len(totals) == 2 and totals[0][2] > 0  # the pairs saved meanwhile, after the summary
+    assert [buffer for buffer, _, _ in totals] == [summary + rows for _, summary, rows in totals]
+
+
 # -- retries with backoff -------------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Any
 
@@ -199,6 +200,52 @@ def test_a_save_during_a_compression_keeps_the_total_exact() -> None:
     assert Compression.objects.get().outcome == "applied"
     assert texts(store.fetch_chat_sync(*KEY))[-1] == "meanwhile"  # after the output
     assert_totals(slot())
+
+
+MEANWHILE = [msg("user", "meanwhile " + "m" * 40), msg("assistant", "noted " + "n" * 40)]
+
+
+def saving_meanwhile(
+    history: list[ConversationMessage], keep_last: int
+) -> list[ConversationMessage]:
+    """:func:`short`, after a pair is saved (no transaction open) while it runs: once per call."""
+    DjangoChatStorage().save_chat_messages_sync(*KEY, MEANWHILE)
+    return short(history, keep_last)
+
+
+@pytest.mark.parametrize("way", ["save", "fetch", "async fetch", "compress now", "second"])
+def test_right_after_a_compression_buffer_tokens_is_the_summary_and_the_rows_after_it(
+    way: str,
+) -> None:
+    """As its help text says: the summary's tokens plus the stored tokens of the messages
+    after it, the moment a compression is applied, whichever way it ran, with a save that
+    landed while the summarizer ran (counted once, after the summary)."""
+    store = wrap("tests.test_tokens.saving_meanwhile", trigger_at=3)
+    plain = DjangoChatStorage()
+    for i in range(4):
+        plain.save_chat_messages_sync(*KEY, [msg("user", f"q{i}" * 9), msg("assistant", f"a{i}")])
+    if way == "save":  # an active buffer over its threshold again: the save compresses
+        store.fetch_chat_sync(*KEY)
+        store.save_chat_messages_sync(*KEY, [msg("user", "q5" * 40), msg("assistant", "a5")])
+        assert Compression.objects.filter(outcome="applied", trigger="save").count() == 1
+    elif way == "fetch":
+        store.fetch_chat_sync(*KEY)
+    elif way == "async fetch":
+        asyncio.run(store.fetch_chat(*KEY))
+    elif way == "compress now":
+        assert store.compress_now(*KEY).applied
+    else:  # a compression of a buffer that starts with a summary
+        store.fetch_chat_sync(*KEY)
+        plain.save_chat_messages_sync(*KEY, [msg("user", "q9" * 30), msg("assistant", "a9")])
+        assert store.compress_now(*KEY).applied
+    s = slot()
+    last = Compression.objects.filter(outcome="applied").latest("id")
+    assert s.covered_seq == last.to_seq and s.last_seq > s.covered_seq  # the pair after it
+    after = Message.objects.filter(slot=s, seq__gt=s.covered_seq)
+    assert [m.content[0]["text"] for m in after.order_by("seq")][-2:] == texts(MEANWHILE)
+    stored = after.aggregate(total=Sum("tokens"))["total"]
+    assert s.summary_tokens == rules.count_all(s.summary) > 0
+    assert s.buffer_tokens == s.summary_tokens + stored
 
 
 def test_reset_and_reactivation_recount_the_buffer() -> None:

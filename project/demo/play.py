@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 
 import squad_memory
 from project.demo.agents import KeywordClassifier, ScriptedAgent
-from squad_memory.models import Message, Slot
+from squad_memory.models import Compression, Message, Outcome, Slot
 
 _ALPHABET = string.ascii_letters + string.digits
 FIXTURE = Path(__file__).parent / "fixtures" / "conversation.json"
@@ -82,6 +82,29 @@ def slot_report(user_id: str, session_id: str) -> list[str]:
             f"{slot.compressions.count()} compression(s)"
         )
     return lines
+
+
+#: What a scripted reply ends with when its agent was given a summary (agents.py).
+GIVEN_A_SUMMARY = "incl. a summary)"
+
+
+def first_summarized_turn(turns: list[Turn]) -> tuple[int, Turn] | None:
+    """The first turn (numbered from 1) whose agent was given a summary, if any."""
+    return next(((n, t) for n, t in enumerate(turns, 1) if t.reply.endswith(GIVEN_A_SUMMARY)), None)
+
+
+def first_compression(user_id: str, session_id: str) -> Compression | None:
+    """The session's first applied compression, if one has finished."""
+    applied = Compression.objects.filter(
+        slot__user_id=user_id, slot__session_id=session_id, outcome=Outcome.APPLIED
+    )
+    return applied.select_related("slot").order_by("finished_at", "id").first()
+
+
+def slot_to_watch(user_id: str, session_id: str) -> Slot | None:
+    """The slot a compression is queued for, else the one with the longest buffer."""
+    slots = list(Slot.objects.filter(user_id=user_id, session_id=session_id))
+    return max(slots, key=lambda s: (s.pending_since is not None, s.buffer_length), default=None)
 
 
 def last_agent(user_id: str, session_id: str) -> str:

@@ -9,8 +9,7 @@ from django.contrib.admin.utils import display_for_value, flatten
 from django.http import HttpRequest
 from django.template.defaultfilters import truncatechars
 from django.template.loader import render_to_string
-from django.utils.html import format_html_join
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
@@ -67,8 +66,8 @@ class MessageAdmin(ReadOnlyAdmin):
         return truncatechars(" ".join(texts), 200)
 
     @admin.display(description=_("time"), ordering="timestamp")
-    def time(self, message: Message) -> Any:
-        return transcript.message_time(message.timestamp)
+    def time(self, message: Message) -> str | None:
+        return transcript.shown_time(transcript.message_time(message.timestamp))
 
     @admin.display(description=_("trimmed"))
     def trimmed(self, message: Message) -> str:
@@ -101,7 +100,7 @@ class CompressionAdmin(ReadOnlyAdmin):
         "slot",
         ("started_at", "finished_at", "duration_ms"),
         ("covered_range", "outcome"),
-        ("summarizer", "trigger", "attempt"),
+        ("summarizer_path", "trigger", "attempt"),
         "error",
         "before_after",
     ]
@@ -121,8 +120,7 @@ class CompressionAdmin(ReadOnlyAdmin):
     @admin.display(description=_("summarizer"), ordering="summarizer")
     def summarizer_path(self, compression: Compression) -> SafeString:
         """The dotted path, breakable after its dots only (not letter by letter)."""
-        parts = compression.summarizer.split(".")
-        return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in parts))
+        return transcript.dotted(compression.summarizer)
 
     @admin.display(description=_("outcome"), ordering="outcome")
     def outcome_attempt(self, compression: Compression) -> str:

@@ -14,7 +14,6 @@ from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
@@ -178,8 +177,8 @@ class SlotAdmin(SlotActionsAdmin):
         return str(STATE_LABELS[slot.state])
 
     @admin.display(description=_("last activity"), ordering="updated_at")
-    def last_activity(self, slot: Slot) -> str:
-        return timezone.localtime(slot.updated_at).strftime("%Y-%m-%d %H:%M")
+    def last_activity(self, slot: Slot) -> str | None:
+        return transcript.shown_time(slot.updated_at)
 
     # -- writes: slots are created by the storage; deleting one is forgetting it ---------
     def has_add_permission(self, request: HttpRequest) -> bool:

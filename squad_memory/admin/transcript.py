@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.http import HttpRequest
+from django.utils import formats, timezone
+from django.utils.html import format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from squad_memory.compression import log
@@ -118,6 +120,14 @@ def message_time(timestamp_ms: int | None) -> datetime | None:
     return None if timestamp_ms is None else datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC)
 
 
+def shown_time(value: datetime | None) -> str | None:
+    """A date and time as the admin shows its fields' (``DATETIME_FORMAT``, in the current
+    time zone): one format on every page, for a column or field that is not a model's."""
+    if value is None:
+        return None
+    return formats.localize(timezone.localtime(value) if timezone.is_aware(value) else value)
+
+
 def summarized_before(slot: Slot) -> int:
     """The first raw message the summary does not replace: after the messages it covers,
     or from those its output kept verbatim (one query)."""
@@ -184,6 +194,11 @@ def buffer_view(slot: Slot, limit: int) -> BufferView:
     )
 
 
+def dotted(path: str) -> SafeString:
+    """A dotted path (a summarizer's), breakable after its dots only (not letter by letter)."""
+    return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in path.split(".")))
+
+
 @dataclass
 class LogEntry:
     """One compression, with its input and output readable as a before/after."""
@@ -191,6 +206,10 @@ class LogEntry:
     compression: Compression
     before: list[Entry]
     after: list[Entry]
+
+    @property
+    def summarizer(self) -> SafeString:
+        return dotted(self.compression.summarizer)
 
 
 def compression_log(slot: Slot, limit: int) -> tuple[list[LogEntry], bool]:
