@@ -18,7 +18,6 @@ import shlex
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -65,13 +64,11 @@ CONCURRENCY = [
     ("inline, 1 s summarizer, database 2 ms away", "inline", True, True, False),
     ("tasks, 1 s summarizer, database 2 ms away", "tasks", True, True, False),
 ]
-
-
-def _drain(stream: Any, log: Path) -> None:
-    with log.open("a") as out:
-        for line in iter(stream.readline, ""):
-            out.write(line)
-            out.flush()
+#: The workers of Celery mode and of tasks mode (``python`` and these arguments)
+CELERY_WORKER = (
+    "-m celery -A project worker -l info -c 1 --without-gossip --without-mingle --without-heartbeat"
+)
+DB_WORKER = "manage.py db_worker --no-reload --queue-name *"
 
 
 class Run:
@@ -138,18 +135,10 @@ class Run:
             self.celery = False
             self.skip("celery", f"Redis at {REDIS_URL} is not reachable: {exc}")
 
-    def step(
-        self,
-        kind: str,
-        db: str,
-        url: str | None = None,
-        env: dict[str, str] | None = None,
-        **spec: Any,
-    ) -> Any:
-        """Run one step in a fresh process; its JSON result."""
-        tag = f"{kind}-{db}-{next(self.steps)}"
+    def step(self, name: str, url: str, env: dict[str, str], **spec: Any) -> Any:
+        """Run one step in a fresh process on the database at ``url``; its JSON result."""
+        tag = f"{name}-{next(self.steps)}"
         spec.update(
-            kind=kind,
             work=str(self.work),
             params=self.p,
             celery=self.celery,
@@ -162,9 +151,7 @@ class Run:
         proc = subprocess.run(
             [sys.executable, "-m", "bench.child", str(path)],
             cwd=ROOT,
-            env=self.env(
-                url or self.urls[db], BENCH_APPLICATION_NAME=f"bench-{tag}", **(env or {})
-            ),
+            env=self.env(url, BENCH_APPLICATION_NAME=f"bench-{tag}", **env),
             capture_output=True,
             text=True,
         )
@@ -175,58 +162,38 @@ class Run:
         return json.loads(Path(spec["out"]).read_text())
 
     @contextlib.contextmanager
-    def process(
-        self, cmd: list[str], url: str, ready: str | None = None, **env: str
-    ) -> Iterator[subprocess.Popen[str]]:
-        """A helper process for the duration of a block (stdin closed at its end)."""
-        proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=self.env(url, **env),
-            text=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        log = self.work / f"{Path(cmd[2]).stem}-{next(self.steps)}.log"
+    def process(self, args: str, ready: str = "", **env: str) -> Iterator[None]:
+        """``python ARGS`` on the PostgreSQL database for the duration of a block, its output
+        in a log of the work folder; the block starts once ``ready`` is in that log."""
+        log = self.work / f"{args.split()[1]}-{next(self.steps)}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, *args.split()],
+                cwd=ROOT,
+                env=self.env(PG_URL, **env),
+                stdin=subprocess.PIPE,  # closed at the end of the block: the proxy's stop
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.logs.append(log)
         try:
-            deadline, line = time.monotonic() + 60, ""
-            while ready and proc.stdout and ready not in line:
-                line = proc.stdout.readline()
-                with log.open("a") as out:
-                    out.write(line)
+            deadline = time.monotonic() + 60
+            while ready not in log.read_text():
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{cmd[2:5]} did not start; see {log}")
-            # Keep reading what it writes (a full pipe would stop it mid-log), into a file.
-            threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
-            self.logs.append(log)
-            yield proc
+                    raise RuntimeError(f"python {args} did not start; see {log}")
+                time.sleep(0.1)
+            yield
         finally:
             if proc.stdin:
                 proc.stdin.close()
             proc.terminate()
             proc.wait(30)
 
-    def celery_worker(self) -> contextlib.AbstractContextManager[Any]:
+    def celery_worker(self) -> contextlib.AbstractContextManager[None]:
         import redis
 
         redis.Redis.from_url(REDIS_URL).flushdb()  # the benchmark's own database only
-        cmd = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "project",
-            "worker",
-            "-l",
-            "info",
-            "-c",
-            "1",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ]
-        return self.process(cmd, PG_URL, "ready.")
+        return self.process(CELERY_WORKER, "ready.")
 
     def each(self, work: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         """``work`` of each item, one after the other; all at once in a quick run (whose
@@ -241,8 +208,9 @@ class Run:
         self.results["systems"], self.results["W2"], self.results["W3"] = {}, {}, {}
 
         def one(db: str) -> tuple[str, Any]:
-            with self.celery_worker() if db == "postgresql" and self.celery else _nothing():
-                return db, self.step("turns", db)
+            celery = db == "postgresql" and self.celery
+            with self.celery_worker() if celery else contextlib.nullcontext():
+                return db, self.step(f"turns-{db}", self.urls[db], {})
 
         for db, found in self.each(one, list(self.urls)):
             self.results["systems"].update(found["systems"])
@@ -258,16 +226,8 @@ class Run:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         far = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}"))
-        cmd = [
-            sys.executable,
-            "-m",
-            "bench.proxy",
-            str(port),
-            parts.hostname or "127.0.0.1",
-            str(parts.port or 5432),
-            str(self.p["delay_s"]),
-        ]
-        worker = [sys.executable, "manage.py", "db_worker", "--no-reload", "--queue-name", "*"]
+        target = f"{parts.hostname or '127.0.0.1'} {parts.port or 5432}"
+        proxy = f"-m bench.proxy {port} {target} {self.p['delay_s']}"
 
         def one(run: tuple[str, str, bool, bool, bool]) -> tuple[str, Any]:
             label, mode, slow, proxied, pool = run
@@ -278,24 +238,13 @@ class Run:
                 "turns": self.p["slow_conv_turns" if slow else "conv_turns"],
                 "trigger": [4, 1] if slow else [20, 2],
             }
-            tasks = mode == "tasks"
-            with (
-                self.process(worker, PG_URL, BENCH_APPLICATION_NAME="bench-worker")
-                if tasks
-                else (_nothing())
-            ):
-                return label, dict(
-                    spec,
-                    by_count=self.step(
-                        "concurrency",
-                        "postgresql",
-                        url=far if proxied else PG_URL,
-                        env={"BENCH_POOL": "1"} if pool else {},
-                        concurrency=spec,
-                    ),
-                )
+            worker = self.process(DB_WORKER, BENCH_APPLICATION_NAME="bench-worker")
+            with worker if mode == "tasks" else contextlib.nullcontext():
+                url, pooled = far if proxied else PG_URL, "1" if pool else "0"
+                found = self.step("concurrency", url, {"BENCH_POOL": pooled}, concurrency=spec)
+                return label, dict(spec, by_count=found)
 
-        with self.process(cmd, PG_URL, "ready"):
+        with self.process(proxy, "ready"):
             self.results["round_trip_ms"] = {"local": _ping(PG_URL), "proxied": _ping(far)}
             self.results["W4"] = dict(self.each(one, CONCURRENCY))
 
@@ -311,11 +260,6 @@ def _ping(url: str) -> float:
             conn.execute("SELECT 1").fetchone()
             times.append(time.perf_counter() - started)
     return sorted(times)[100] * 1000
-
-
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def main(argv: list[str] | None = None) -> int:

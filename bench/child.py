@@ -42,23 +42,22 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     from bench import workloads
 
-    p, run_id = spec["params"], spec["run"]
-    if spec["kind"] == "turns":  # W1, W2, W3 of this database
-        slow = contenders(spec, slow=True)
+    p, run_id, c = spec["params"], spec["run"], spec.get("concurrency")
+    if c:  # W4: one run, at each count of conversations
         return {
-            "systems": await workloads.growth(contenders(spec), run_id, p),
-            "W2": {
-                sid: await workloads.slow_turns(system, run_id, p["slow_turns"])
-                for sid, system in slow.items()
-            },
-            "W3": await sync_to_async(workloads.statements)(run_id, p["statements_n"]),
+            str(k): await workloads.conversations(
+                c["mode"], c["slow"], k, c["turns"], run_id, tuple(c["trigger"])
+            )
+            for k in p["counts"]
         }
-    c = spec["concurrency"]
+    slow = contenders(spec, slow=True)  # W1, W2, W3 of this database
     return {
-        str(k): await workloads.conversations(
-            c["mode"], c["slow"], k, c["turns"], run_id, tuple(c["trigger"])
-        )
-        for k in p["counts"]
+        "systems": await workloads.growth(contenders(spec), run_id, p),
+        "W2": {
+            sid: await workloads.slow_turns(system, run_id, p["slow_turns"])
+            for sid, system in slow.items()
+        },
+        "W3": await sync_to_async(workloads.statements)(run_id, p["statements_n"]),
     }
 
 
