@@ -91,7 +91,6 @@ class Run:
             DJANGO_SECURE_SSL_REDIRECT="0",
             SQUAD_MEMORY_VAR_DIR=str(self.work),
             CELERY_BROKER_URL=REDIS_URL,
-            BENCH_SUMMARIZER_SLEEP="0",
             DATABASE_PREPARED="1",
             BENCH_SLOW_SLEEP=str(self.p["slow_sleep"]),
             PYTHONWARNINGS="ignore",
