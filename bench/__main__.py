@@ -43,18 +43,16 @@ FULL: dict[str, Any] = {
 }
 QUICK: dict[str, Any] = {
     **FULL,
-    **{
-        "sizes": [100, 300],
-        "turns": 4,
-        "block": 2,
-        "cap_s": 2.0,
-        "slow_turns": 22,
-        "slow_sleep": 0.05,
-        "statements_n": 60,
-        "counts": [1, 4],
-        "conv_turns": 3,
-        "slow_conv_turns": 6,
-    },
+    "sizes": [100, 300],
+    "turns": 4,
+    "block": 2,
+    "cap_s": 2.0,
+    "slow_turns": 22,
+    "slow_sleep": 0.05,
+    "statements_n": 60,
+    "counts": [1, 4],
+    "conv_turns": 3,
+    "slow_conv_turns": 6,
 }
 #: W4's runs: (label, mode, slow summarizer, through the proxy, Django's pool)
 CONCURRENCY = [
@@ -102,16 +100,16 @@ class Run:
         print(f"  skipped {what}: {reason}", flush=True)
 
     def prepare(self) -> None:
-        """A fresh SQLite file; the PostgreSQL database created or emptied; migrations."""
+        """A fresh SQLite file and PostgreSQL database, migrated; Redis reachable or skipped."""
         self.work.mkdir(parents=True, exist_ok=True)
         (self.work / "bench.sqlite3").unlink(missing_ok=True)
         import psycopg
 
         base, _, name = PG_URL.rpartition("/")
-        try:
+        try:  # a database of its own, created afresh at each run
             with psycopg.connect(f"{base}/postgres", autocommit=True, connect_timeout=3) as c:
-                if not c.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-                    c.execute(f'CREATE DATABASE "{name}"')
+                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                c.execute(f'CREATE DATABASE "{name}"')
             self.urls["postgresql"] = PG_URL
         except psycopg.Error as exc:
             self.skip("postgresql", f"PostgreSQL at {base} is not reachable: {exc}")
@@ -119,12 +117,6 @@ class Run:
         migrating = [subprocess.Popen(cmd, cwd=ROOT, env=self.env(u)) for u in self.urls.values()]
         if any(proc.wait() for proc in migrating):
             raise RuntimeError("migrate failed on a benchmark database; see above")
-        if "postgresql" in self.urls:
-            with psycopg.connect(PG_URL.replace("postgres://", "postgresql://", 1)) as c:
-                c.execute(
-                    "TRUNCATE squad_memory_message, squad_memory_compression, "
-                    "squad_memory_slot RESTART IDENTITY CASCADE"
-                )
         import redis
 
         try:
