@@ -2,13 +2,14 @@
 
 A full run writes ``bench/results/`` (README.md, results.json, PNG plots); a quick run
 writes to ``bench/.work/quick``. Each step runs in a fresh process on one database
-(:mod:`bench.child`): SQLite in ``bench/.work/`` and the PostgreSQL database of
-``BENCH_DATABASE_URL``; Celery mode uses the Redis of ``BENCH_BROKER_URL``.
+(``python -m bench --step SPEC.json``): SQLite in ``bench/.work/`` and the PostgreSQL
+database of ``BENCH_DATABASE_URL``; Celery mode uses the Redis of ``BENCH_BROKER_URL``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import itertools
 import json
@@ -24,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+import django
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sm_bench")
@@ -140,7 +143,7 @@ class Run:
         path.write_text(json.dumps(spec))
         started = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "bench.child", str(path)],
+            [sys.executable, "-m", "bench", "--step", str(path)],
             cwd=ROOT,
             env=self.env(url, BENCH_APPLICATION_NAME=f"bench-{tag}", **env),
             capture_output=True,
@@ -244,7 +247,7 @@ def _ping(url: str) -> float:
     """The median ms of a ``SELECT 1`` round trip to the database at ``url``."""
     import psycopg
 
-    with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as conn:
+    with psycopg.connect(url) as conn:
         times = []
         for _ in range(200):
             started = time.perf_counter()
@@ -259,7 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--out", type=Path, help="results directory")
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / ".work")
+    parser.add_argument("--step", type=Path, help="one step of a run (a run starts them)")
     args = parser.parse_args(argv)
+    if args.step:  # in a fresh process, on the database of DATABASE_URL
+        spec = json.loads(args.step.read_text())
+        django.setup()
+        from bench import workloads
+
+        Path(spec["out"]).write_text(json.dumps(asyncio.run(workloads.step(spec))))
+        return 0
     out = args.out or (args.work / "quick" if args.quick else ROOT / "bench" / "results")
     started = time.perf_counter()
     run = Run(args.quick, args.work.resolve())

@@ -351,6 +351,25 @@ class LangChain(System):
         return self.memory(slot).load_memory_variables({})
 
 
+def contenders(work: Path, celery: bool, slow: bool = False) -> dict[str, System]:
+    """The systems of the database Django is connected to, by id (Celery mode if
+    ``celery``); with ``slow``, those W2 runs, with the slow summarizer."""
+    db = connection.vendor
+    summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
+    found: dict[str, System] = {f"sm-inline-{db}": SquadMemory("inline", summarizer)}
+    if db == "postgresql" and celery:
+        found["sm-celery-postgresql"] = SquadMemory("celery", summarizer)
+    if db == "sqlite":
+        found["as-inmemory"] = AgentSquadInMemory(slow)
+    if not slow:
+        found[f"floor-django-{db}"] = DjangoFloor()
+        found[f"floor-contract-{db}"] = ContractFloor()
+        if db == "sqlite":
+            found["as-libsql"] = AgentSquadLibsql(work / "libsql.db")
+            found["langchain"] = LangChain(work / "langchain.db")
+    return found
+
+
 def _fake_llm() -> Any:
     from langchain_core.language_models.fake import FakeListLLM
 

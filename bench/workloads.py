@@ -1,16 +1,20 @@
 """The workloads: a turn as the history grows (W1), the turn with a slow summarizer (W2),
-statements per operation (W3), and many conversations in one event loop (W4)."""
+statements per operation (W3), and many conversations in one event loop (W4); :func:`step`
+runs those of one step of the run in this process."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import statistics
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -145,7 +149,8 @@ def statements(run: str, n: int) -> dict[str, int]:
 # -- W4: many conversations in one event loop ----------------------------------------------
 class Connections(threading.Thread):
     """Samples, every 20 ms, the server connections of this process's application name
-    (``pg_stat_activity``) from a connection of its own; :attr:`peak` is the most seen."""
+    (``pg_stat_activity``) from a connection of its own to ``DATABASE_URL``; :attr:`peak`
+    is the most seen."""
 
     def __init__(self, application_name: str) -> None:
         super().__init__(daemon=True)
@@ -154,14 +159,7 @@ class Connections(threading.Thread):
     def run(self) -> None:
         import psycopg
 
-        s = connection.settings_dict
-        with psycopg.connect(
-            dbname=s["NAME"],
-            user=s["USER"] or None,
-            host=s["HOST"] or None,
-            port=s["PORT"] or None,
-            autocommit=True,
-        ) as conn:
+        with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
             while not self.stop.wait(0.02):
                 row = conn.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -229,4 +227,24 @@ async def conversations(
         "fetches_beside_summaries": len(beside),  # overlapping another's, own or not
         "summaries": len(systems.SUMMARIES),
         "connections": sampler.peak if sampler else None,
+    }
+
+
+async def step(spec: dict[str, Any]) -> dict[str, Any]:
+    """One step of the run (``spec`` from :meth:`bench.__main__.Run.step`): W4's run at each
+    count of conversations, or W1, W2 and W3 on this database."""
+    p, run, c = spec["params"], spec["run"], spec.get("concurrency")
+    if c:
+        return {
+            str(k): await conversations(
+                c["mode"], c["slow"], k, c["turns"], run, tuple(c["trigger"])
+            )
+            for k in p["counts"]
+        }
+    work, celery = Path(spec["work"]), spec["celery"]
+    slow = systems.contenders(work, celery, slow=True)
+    return {
+        "systems": await growth(systems.contenders(work, celery), run, p),
+        "W2": {sid: await slow_turns(system, run, p["slow_turns"]) for sid, system in slow.items()},
+        "W3": await sync_to_async(statements)(run, p["statements_n"]),
     }
