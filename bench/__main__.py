@@ -14,7 +14,6 @@ import contextlib
 import itertools
 import json
 import os
-import secrets
 import shlex
 import socket
 import subprocess
@@ -87,9 +86,6 @@ class Run:
         env.update(
             DJANGO_SETTINGS_MODULE="bench.settings",
             DATABASE_URL=url,
-            DJANGO_DEBUG="0",
-            DJANGO_SECRET_KEY=os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
-            DJANGO_SECURE_SSL_REDIRECT="0",
             SQUAD_MEMORY_VAR_DIR=str(self.work),
             CELERY_BROKER_URL=REDIS_URL,
             DATABASE_PREPARED="1",

@@ -124,23 +124,22 @@ def statements(run: str, n: int) -> dict[str, int]:
     wrapper = SummarizingChatStorage(
         DjangoChatStorage(), systems.summarize, systems.TRIGGER_AT, systems.KEEP_LAST
     )
-    key = (run, f"statements-{n}", "agent")
+    key, message = (run, f"statements-{n}", "agent"), systems.message
+    fetch, save = wrapper.fetch_chat_sync, wrapper.save_chat_message_sync
     systems._slot_row(key, n)
     found = {
-        "first fetch_chat (activation: one compression)": count(wrapper.fetch_chat_sync, *key),
-        "fetch_chat, active buffer": count(wrapper.fetch_chat_sync, *key),
-        "save_chat_message": count(wrapper.save_chat_message_sync, *key, systems.message(n)),
+        "first fetch_chat (activation: one compression)": count(fetch, *key),
+        "fetch_chat, active buffer": count(fetch, *key),
+        "save_chat_message": count(save, *key, message(n)),
         "save_chat_messages (2)": count(
-            wrapper.save_chat_messages_sync, *key, [systems.message(n + 1), systems.message(n + 2)]
+            wrapper.save_chat_messages_sync, *key, [message(n + 1), message(n + 2)]
         ),
-        "save_chat_message, same role (skipped)": count(
-            wrapper.save_chat_message_sync, *key, systems.message(n + 2)
-        ),
+        "save_chat_message, same role (skipped)": count(save, *key, message(n + 2)),
         "fetch_all_chats": count(wrapper.fetch_all_chats_sync, key[0], key[1]),
     }
     worst, k = 0, n + 3
     while Slot.objects.for_key(*key).values_list("version", flat=True).get() < 2 and k < n + 99:
-        worst = max(worst, count(wrapper.save_chat_message_sync, *key, systems.message(k)))
+        worst = max(worst, count(save, *key, message(k)))
         k += 1
     found["save_chat_message crossing the threshold (inline compression)"] = worst
     return found
