@@ -46,7 +46,6 @@ TURN = [
     {"role": "user", "content": [{"text": "What is the weather like in Lisbon today?"}]},
     {"role": "assistant", "content": [{"text": "Sunny, 24 degrees, a light wind from the sea."}]},
 ]
-Pair = tuple[Callable[[], Any], Callable[[], Any]]  # a request of the API, its floor's
 RESULTS = Path(__file__).resolve().parent / "results" / "costly_bodies.md"
 urlpatterns: list[Any] = []  # the floor's views and the project's, filled by floor_urls()
 
@@ -55,11 +54,17 @@ def rounds(default: int) -> int:
     return int(os.environ.get("BENCH_ROUNDS", default))
 
 
-def cpu_s(call: Callable[[], Any]) -> tuple[float, Any]:
-    """The CPU seconds of ``call()`` in this process, and its response."""
-    started = time.process_time()
-    response = call()
-    return time.process_time() - started, response
+def medians(calls: dict[Any, Callable[[], Any]], n: int) -> dict[Any, tuple[float, int]]:
+    """The median CPU seconds of each call over ``n`` rounds that interleave them (so drift
+    hits all alike), and the status of its last response."""
+    times: dict[Any, list[float]] = {key: [] for key in calls}
+    status: dict[Any, int] = {}
+    for _ in range(n):
+        for key, call in calls.items():
+            started = time.process_time()
+            status[key] = call().status_code
+            times[key].append(time.process_time() - started)
+    return {key: (statistics.median(times[key]), status[key]) for key in calls}
 
 
 def api_client() -> tuple[Any, Any]:
@@ -142,37 +147,21 @@ def floor_urls(slot_id: int, post_slot_id: int) -> list[Any]:
     ]
 
 
-def pairs(client: Any, slot: Any) -> dict[str, Pair]:
-    """Each request of the API with its floor's, as ``(api, floor)`` calls."""
+def requests(client: Any, slot: Any) -> dict[tuple[str, str], Callable[[], Any]]:
+    """Each request of the API and its floor's, by (request, "API" or "floor")."""
     turn = {"session_id": "posts", "agent_id": slot.agent_id, "messages": TURN}
-
-    def post(url: str) -> Callable[[], Any]:
-        return lambda: client.post(url, turn, content_type="application/json")
-
-    def get(url: str) -> Callable[[], Any]:
-        return lambda: client.get(url)
-
+    post = functools.partial(client.post, data=turn, content_type="application/json")
     api = f"/api/slots/{slot.pk}"
-    return {
-        "post a turn": (post("/api/slots/messages/"), post("/floor/post/")),
-        "buffer": (get(f"{api}/buffer/"), get("/floor/buffer/")),
-        "messages page": (get(f"{api}/messages/?ordering=-seq"), get("/floor/messages/")),
-        "sessions list": (get("/api/sessions/"), get("/floor/slots/")),
+    urls = {
+        "post a turn": ("/api/slots/messages/", "/floor/post/"),
+        "buffer": (f"{api}/buffer/", "/floor/buffer/"),
+        "messages page": (f"{api}/messages/?ordering=-seq", "/floor/messages/"),
+        "sessions list": ("/api/sessions/", "/floor/slots/"),
     }
-
-
-def measure(calls: dict[str, Pair], n: int) -> dict[str, Any]:
-    """Median CPU milliseconds of each side of each pair over ``n`` interleaved rounds."""
-    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in calls}
-    for _ in range(n):
-        for name, sides in calls.items():
-            for side, call in enumerate(sides):
-                seconds, response = cpu_s(call)
-                times[name][side].append(seconds)
-                assert response.status_code in (200, 201), (name, side, response.content[:300])
     return {
-        name: tuple(statistics.median(side) * 1000 for side in sides)
-        for name, sides in times.items()
+        (name, side): functools.partial(post if name == "post a turn" else client.get, url)
+        for name, both in urls.items()
+        for side, url in zip(("API", "floor"), both, strict=True)
     }
 
 
@@ -192,16 +181,20 @@ def against_drf(database: str) -> int:
     slot = slots.get(session_id="s19")
     post_slot = slots.create(user_id="floor", session_id="floor", agent_id="floor")
     urlpatterns[:] = floor_urls(slot.pk, post_slot.pk)
-    calls = pairs(client, slot)
+    calls, n = requests(client, slot), rounds(300)
     with override_settings(ROOT_URLCONF=__name__):
-        for api, floor in calls.values():  # warm up (the first read may compress)
-            api(), floor()
-        medians = measure(calls, rounds(300))
-    print(f"API CPU per request against plain DRF ({database}, median of {rounds(300)}):")
+        for call in calls.values():  # warm up (the first read may compress)
+            call()
+        found = medians(calls, n)
+    failed = {key: status for key, (_, status) in found.items() if status not in (200, 201)}
+    assert not failed, failed
+    print(f"API CPU per request against plain DRF ({database}, median of {n}):")
     print(f"{'request':<16}{'API ms':>9}{'floor ms':>10}{'ratio':>8}")
-    for name, (api_ms, floor_ms) in medians.items():
-        print(f"{name:<16}{api_ms:>9.2f}{floor_ms:>10.2f}{api_ms / floor_ms:>8.2f}")
-    worst = max(api_ms / floor_ms for api_ms, floor_ms in medians.values())
+    worst = 0.0
+    for name in dict.fromkeys(name for name, _ in calls):
+        api_s, floor_s = found[name, "API"][0], found[name, "floor"][0]
+        worst = max(worst, api_s / floor_s)
+        print(f"{name:<16}{api_s * 1000:>9.2f}{floor_s * 1000:>10.2f}{api_s / floor_s:>8.2f}")
     print(f"worst ratio {worst:.2f} (target at most {TARGET})")
     return 0 if worst <= TARGET else 1
 
@@ -224,37 +217,38 @@ def messages() -> dict[str, Callable[[int], dict[str, Any]]]:
 
     blocks = DEFAULTS.get("MAX_CONTENT_BLOCKS", 100)
     citations = DEFAULTS.get("MAX_CITATIONS", 100)
+
+    def user(content: list[Any], **citations: Any) -> dict[str, Any]:
+        return {"role": "user", "content": content, **citations}
+
     return {
-        "plain text (the floor)": lambda n: {"role": "user", "content": [{"text": "a" * n}]},
-        "tiny blocks, as many as fit": lambda n: {"role": "user", "content": [{"x": 0}] * n},
-        "tiny citations, as many as fit": lambda n: {
-            "role": "user",
-            "content": [{"text": "a"}],
-            "citations": [0] * n,
-        },
-        "one block holding a list of tiny items": lambda n: {
-            "role": "user",
-            "content": [{"x": [0] * n}],
-        },
-        f"{blocks} blocks (MAX_CONTENT_BLOCKS)": lambda n: {
-            "role": "user",
-            "content": [{"text": "a" * (n // blocks)}] * blocks,
-        },
-        f"{citations} citations (MAX_CITATIONS)": lambda n: {
-            "role": "user",
-            "content": [{"text": "a"}],
-            "citations": [{"text": "a" * (n // citations)}] * citations,
-        },
+        "plain text (the floor)": lambda n: user([{"text": "a" * n}]),
+        "tiny blocks, as many as fit": lambda n: user([{"x": 0}] * n),
+        "tiny citations, as many as fit": lambda n: user([{"text": "a"}], citations=[0] * n),
+        "one block holding a list of tiny items": lambda n: user([{"x": [0] * n}]),
+        f"{blocks} blocks (MAX_CONTENT_BLOCKS)": lambda n: user(
+            [{"text": "a" * (n // blocks)}] * blocks
+        ),
+        f"{citations} citations (MAX_CITATIONS)": lambda n: user(
+            [{"text": "a"}], citations=[{"text": "a" * (n // citations)}] * citations
+        ),
     }
 
 
 def costly_bodies(database: str) -> int:
-    """Each body posted ``rounds(3)`` times: writes and prints the table."""
+    """Each body posted ``rounds(3)`` times, in rounds: writes and prints the table."""
     from squad_memory.conf import app_settings
 
     size, count = app_settings.max_message_bytes, app_settings.max_batch_size
     _, client = api_client()
-    n = rounds(3)
+    post = functools.partial(client.post, "/api/slots/messages/", content_type="application/json")
+    calls, sizes, n = {}, {}, rounds(3)
+    for name, make in messages().items():
+        batch = {"session_id": "bench", "agent_id": "agent", "messages": [fill(make, size)] * count}
+        body = json.dumps(batch, separators=(",", ":")).encode()
+        calls[name], sizes[name] = functools.partial(post, data=body), len(body)
+    found = medians(calls, n)
+    floor = found["plain text (the floor)"][0]
     lines = [
         "# What a posted batch at the size limit costs",
         "",
@@ -264,19 +258,14 @@ def costly_bodies(database: str) -> int:
         "",
         "| body | bytes | status | CPU (s) | ratio to plain text |",
         "|---|---:|---:|---:|---:|",
+        *(
+            f"| {name} | {sizes[name]:,} | {status} | {cpu:.2f} | {cpu / floor:.2f} |"
+            for name, (cpu, status) in found.items()
+        ),
+        "",
+        "Reproduce: `.venv/bin/python -m bench.api_cost --bodies`.",
+        "",
     ]
-    floor = None
-    for name, make in messages().items():
-        batch = {"session_id": "bench", "agent_id": "agent", "messages": [fill(make, size)] * count}
-        body = json.dumps(batch, separators=(",", ":")).encode()
-        post = functools.partial(client.post, "/api/slots/messages/", body, "application/json")
-        timed = [cpu_s(post) for _ in range(n)]
-        seconds = statistics.median(t for t, _ in timed)
-        floor, status = floor or seconds, timed[-1][1].status_code
-        lines.append(
-            f"| {name} | {len(body):,} | {status} | {seconds:.2f} | {seconds / floor:.2f} |"
-        )
-    lines += ["", "Reproduce: `.venv/bin/python -m bench.api_cost --bodies`.", ""]
     RESULTS.write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     return 0
