@@ -15,7 +15,6 @@ import itertools
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import django
+
+from bench.proxy import proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sm_bench")
@@ -161,7 +162,6 @@ class Run:
                 [sys.executable, *args.split()],
                 cwd=ROOT,
                 env=self.env(PG_URL, **env),
-                stdin=subprocess.PIPE,  # closed at the end of the block: the proxy's stop
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -174,8 +174,6 @@ class Run:
                 time.sleep(0.1)
             yield
         finally:
-            if proc.stdin:
-                proc.stdin.close()
             proc.terminate()
             proc.wait(30)
 
@@ -211,13 +209,6 @@ class Run:
         """W4 on PostgreSQL, each run in a process of its own."""
         if "postgresql" not in self.urls:
             return self.skip("W4", "the concurrency workload runs on PostgreSQL")
-        parts = urlsplit(PG_URL)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        far = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}"))
-        target = f"{parts.hostname or '127.0.0.1'} {parts.port or 5432}"
-        proxy = f"-m bench.proxy {port} {target} {self.p['delay_s']}"
 
         def one(run: tuple[str, str, bool, bool, bool]) -> tuple[str, Any]:
             label, mode, slow, proxied, pool = run
@@ -234,7 +225,10 @@ class Run:
                 found = self.step("concurrency", url, {"BENCH_POOL": pooled}, concurrency=spec)
                 return label, dict(spec, by_count=found)
 
-        with self.process(proxy, "ready"):
+        parts = urlsplit(PG_URL)
+        target = parts.hostname or "127.0.0.1", parts.port or 5432
+        with proxy(*target, self.p["delay_s"]) as port:
+            far = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}"))
             self.results["round_trip_ms"] = {"local": _ping(PG_URL), "proxied": _ping(far)}
             self.results["W4"] = dict(self.each(one, CONCURRENCY))
 
