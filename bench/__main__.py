@@ -25,6 +25,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import django
+import psycopg
+import redis
 
 from bench.proxy import proxy
 
@@ -103,8 +105,6 @@ class Run:
         """A fresh SQLite file and PostgreSQL database, migrated; Redis reachable or skipped."""
         self.work.mkdir(parents=True, exist_ok=True)
         (self.work / "bench.sqlite3").unlink(missing_ok=True)
-        import psycopg
-
         base, _, name = PG_URL.rpartition("/")
         try:  # a database of its own, created afresh at each run
             with psycopg.connect(f"{base}/postgres", autocommit=True, connect_timeout=3) as c:
@@ -117,8 +117,6 @@ class Run:
         migrating = [subprocess.Popen(cmd, cwd=ROOT, env=self.env(u)) for u in self.urls.values()]
         if any(proc.wait() for proc in migrating):
             raise RuntimeError("migrate failed on a benchmark database; see above")
-        import redis
-
         try:
             redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
             self.celery = "postgresql" in self.urls
@@ -178,8 +176,6 @@ class Run:
             proc.wait(30)
 
     def celery_worker(self) -> contextlib.AbstractContextManager[None]:
-        import redis
-
         redis.Redis.from_url(REDIS_URL).flushdb()  # the benchmark's own database only
         return self.process(CELERY_WORKER, "ready.")
 
@@ -235,8 +231,6 @@ class Run:
 
 def _ping(url: str) -> float:
     """The median ms of a ``SELECT 1`` round trip to the database at ``url``."""
-    import psycopg
-
     with psycopg.connect(url) as conn:
         times = []
         for _ in range(200):

@@ -114,16 +114,13 @@ def floor_urls(slot_id: int, post_slot_id: int) -> list[Any]:
         def create(self, request: Any, *args: Any, **kwargs: Any) -> Response:
             serializer = self.get_serializer(data=request.data["messages"], many=True)
             serializer.is_valid(raise_exception=True)
-            stamp = int(time.time() * 1000)
-            serializer.save(slot_id=post_slot_id, timestamp=stamp)
+            serializer.save(slot_id=post_slot_id, timestamp=int(time.time() * 1000))
             return Response(serializer.data, status=status.HTTP_201_CREATED)
 
     class Messages(generics.ListAPIView[Message]):
         serializer_class = MessageSerializer
         pagination_class = Page
-
-        def get_queryset(self) -> Any:
-            return Message.objects.filter(slot_id=slot_id)
+        queryset = Message.objects.filter(slot_id=slot_id)
 
     class Buffer(Messages):
         pagination_class = None

@@ -111,10 +111,6 @@ class System:
         """Release connections."""
 
 
-def _db() -> str:
-    return "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
-
-
 def stored(k: int) -> dict[str, Any]:
     """The ``k``-th message's fields as squad_memory stores them (its slot and seq aside)."""
     text = text_of(k)
@@ -139,7 +135,7 @@ class SquadMemory(System):
     """``SummarizingChatStorage(DjangoChatStorage(), ...)`` through its async API."""
 
     def __init__(self, mode: str = "inline", summarizer: str = "bench.systems.summarize") -> None:
-        self.mode, self.label = mode, f"squad_memory {mode} ({_db()})"
+        self.mode, self.label = mode, f"squad_memory {mode} ({connection.display_name})"
         self.storage = SummarizingChatStorage(
             DjangoChatStorage(), summarizer, TRIGGER_AT, KEEP_LAST, mode=mode
         )
@@ -168,7 +164,7 @@ class DjangoFloor(System):
     kind = "Django's floor"
 
     def __init__(self) -> None:
-        self.label = f"{self.kind} ({_db()})"
+        self.label = f"{self.kind} ({connection.display_name})"
         self.slots: dict[SlotId, list[int]] = {}  # slot -> [row id, last seq]
         m, s = Message._meta, Slot._meta
         self.messages, self.slot_table = m.db_table, s.db_table
