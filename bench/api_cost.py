@@ -50,10 +50,6 @@ RESULTS = Path(__file__).resolve().parent / "results" / "costly_bodies.md"
 urlpatterns: list[Any] = []  # the floor's views and the project's, filled by floor_urls()
 
 
-def rounds(default: int) -> int:
-    return int(os.environ.get("BENCH_ROUNDS", default))
-
-
 def medians(calls: dict[Any, Callable[[], Any]], n: int) -> dict[Any, tuple[float, int]]:
     """The median CPU seconds of each call over ``n`` rounds that interleave them (so drift
     hits all alike), and the status of its last response."""
@@ -178,7 +174,7 @@ def against_drf(database: str) -> int:
     slot = slots.get(session_id="s19")
     post_slot = slots.create(user_id="floor", session_id="floor", agent_id="floor")
     urlpatterns[:] = floor_urls(slot.pk, post_slot.pk)
-    calls, n = requests(client, slot), rounds(300)
+    calls, n = requests(client, slot), int(os.environ.get("BENCH_ROUNDS", 300))
     with override_settings(ROOT_URLCONF=__name__):
         for call in calls.values():  # warm up (the first read may compress)
             call()
@@ -233,13 +229,13 @@ def messages() -> dict[str, Callable[[int], dict[str, Any]]]:
 
 
 def costly_bodies(database: str) -> int:
-    """Each body posted ``rounds(3)`` times, in rounds: writes and prints the table."""
+    """Each body posted in rounds (3 by default): writes and prints the table."""
     from squad_memory.conf import app_settings
 
     size, count = app_settings.max_message_bytes, app_settings.max_batch_size
     _, client = api_client()
     post = functools.partial(client.post, "/api/slots/messages/", content_type="application/json")
-    calls, sizes, n = {}, {}, rounds(3)
+    calls, sizes, n = {}, {}, int(os.environ.get("BENCH_ROUNDS", 3))
     for name, make in messages().items():
         batch = {"session_id": "bench", "agent_id": "agent", "messages": [fill(make, size)] * count}
         body = json.dumps(batch, separators=(",", ":")).encode()

@@ -316,35 +316,29 @@ class LangChain(System):
         path.unlink(missing_ok=True)
         self.memories: dict[SlotId, Any] = {}
 
-    def memory(self, slot: SlotId) -> Any:
-        if slot not in self.memories:
-            import warnings
-
-            warnings.filterwarnings("ignore", category=DeprecationWarning)
-            from langchain_classic.memory import ConversationSummaryBufferMemory
-            from langchain_community.chat_message_histories import SQLChatMessageHistory
-
-            history = SQLChatMessageHistory(session_id="#".join(slot), connection=self.url)
-            limit = (len(text_of(0)) + len(text_of(1))) // 4 * TRIGGER_AT
-            self.memories[slot] = ConversationSummaryBufferMemory(
-                llm=_fake_llm(), chat_memory=history, max_token_limit=limit, return_messages=True
-            )
-        return self.memories[slot]
-
     async def prefill(self, slot: SlotId, n: int) -> None:
+        import warnings
+
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        from langchain_classic.memory import ConversationSummaryBufferMemory
+        from langchain_community.chat_message_histories import SQLChatMessageHistory
         from langchain_core.messages import AIMessage, HumanMessage
 
+        history = SQLChatMessageHistory(session_id="#".join(slot), connection=self.url)
+        limit = (len(text_of(0)) + len(text_of(1))) // 4 * TRIGGER_AT
+        self.memories[slot] = memory = ConversationSummaryBufferMemory(
+            llm=_fake_llm(), chat_memory=history, max_token_limit=limit, return_messages=True
+        )
         kinds = {"user": HumanMessage, "assistant": AIMessage}
-        memory = self.memory(slot)
-        memory.chat_memory.add_messages([kinds[role_of(k)](content=text_of(k)) for k in range(n)])
+        history.add_messages([kinds[role_of(k)](content=text_of(k)) for k in range(n)])
         memory.prune()  # the first summary, as agent-squad's activation
 
     async def save(self, slot: SlotId, k: int) -> Any:
         if k % 2 == 0:
-            self.memory(slot).save_context({"input": text_of(k)}, {"output": text_of(k + 1)})
+            self.memories[slot].save_context({"input": text_of(k)}, {"output": text_of(k + 1)})
 
     async def fetch(self, slot: SlotId) -> Any:
-        return self.memory(slot).load_memory_variables({})
+        return self.memories[slot].load_memory_variables({})
 
 
 def contenders(work: Path, celery: bool, slow: bool = False) -> dict[str, System]:

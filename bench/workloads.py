@@ -171,7 +171,7 @@ class Connections(threading.Thread):
 async def conversations(
     mode: str, slow: bool, count_: int, turns: int, run: str, trigger: tuple[int, int]
 ) -> dict[str, Any]:
-    """W4: ``count_`` conversations at once in this event loop, each ``turns`` turns as
+    """W4 (PostgreSQL): ``count_`` conversations at once in this event loop, each ``turns`` turns as
     agent-squad's orchestrator makes them: fetch_chat, save the user message, save the
     answer. Messages stored per second, the turn's latency, fetch_chat's, and fetch_chat's
     while a slow summary of another conversation runs in this process and none of its own
@@ -192,17 +192,14 @@ async def conversations(
                 await storage.save_chat_message(*slot, systems.message(k, said))
             turn_s.append(time.perf_counter() - t0)
 
-    sampler = None
-    if connection.vendor == "postgresql":
-        sampler = Connections(connection.settings_dict["OPTIONS"]["application_name"])
-        sampler.start()
+    sampler = Connections(connection.settings_dict["OPTIONS"]["application_name"])
+    sampler.start()
     systems.SUMMARIES.clear()
     started = time.perf_counter()
     await asyncio.gather(*(conversation(c) for c in range(count_)))
     wall = time.perf_counter() - started
-    if sampler is not None:
-        sampler.stop.set()
-        sampler.join()
+    sampler.stop.set()
+    sampler.join()
 
     def overlaps(tag: str, f0: float, f1: float, own: bool) -> bool:
         return any(
@@ -225,7 +222,7 @@ async def conversations(
         "fetch_during_summaries": stats(during),
         "fetches_beside_summaries": len(beside),  # overlapping another's, own or not
         "summaries": len(systems.SUMMARIES),
-        "connections": sampler.peak if sampler else None,
+        "connections": sampler.peak,
     }
 
 
