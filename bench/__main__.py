@@ -80,8 +80,8 @@ class Run:
     def __init__(self, quick: bool, work: Path) -> None:
         self.p, self.quick, self.work = QUICK if quick else FULL, quick, work
         self.id, self.steps = f"r{int(time.time())}", itertools.count()
-        self.urls = {"sqlite": f"sqlite:///{work / 'bench.sqlite3'}"}
-        self.results: dict[str, Any] = {"params": self.p, "quick": quick, "skipped": []}
+        self.urls = {"sqlite": f"sqlite:///{work / 'bench.sqlite3'}", "postgresql": PG_URL}
+        self.results: dict[str, Any] = {"params": self.p, "quick": quick}
         self.logs: list[Path] = []  # the helper processes' output, newest last
 
     def env(self, url: str, **extra: str) -> dict[str, str]:
@@ -97,32 +97,19 @@ class Run:
         )
         return env | extra
 
-    def skip(self, what: str, reason: str) -> None:
-        self.results["skipped"].append({"what": what, "reason": reason})
-        print(f"  skipped {what}: {reason}", flush=True)
-
     def prepare(self) -> None:
-        """A fresh SQLite file and PostgreSQL database, migrated; Redis reachable or skipped."""
+        """A fresh SQLite file and PostgreSQL database, migrated; an empty Redis database."""
         self.work.mkdir(parents=True, exist_ok=True)
         (self.work / "bench.sqlite3").unlink(missing_ok=True)
         base, _, name = PG_URL.rpartition("/")
-        try:  # a database of its own, created afresh at each run
-            with psycopg.connect(f"{base}/postgres", autocommit=True, connect_timeout=3) as c:
-                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                c.execute(f'CREATE DATABASE "{name}"')
-            self.urls["postgresql"] = PG_URL
-        except psycopg.Error as exc:
-            self.skip("postgresql", f"PostgreSQL at {base} is not reachable: {exc}")
+        with psycopg.connect(f"{base}/postgres", autocommit=True, connect_timeout=3) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            c.execute(f'CREATE DATABASE "{name}"')
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).flushdb()  # the run's own
         cmd = [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"]
         migrating = [subprocess.Popen(cmd, cwd=ROOT, env=self.env(u)) for u in self.urls.values()]
         if any(proc.wait() for proc in migrating):
             raise RuntimeError("migrate failed on a benchmark database; see above")
-        try:
-            redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
-            self.celery = "postgresql" in self.urls
-        except redis.RedisError as exc:
-            self.celery = False
-            self.skip("celery", f"Redis at {REDIS_URL} is not reachable: {exc}")
 
     def step(self, name: str, url: str, env: dict[str, str], **spec: Any) -> Any:
         """Run one step in a fresh process on the database at ``url``; its JSON result."""
@@ -130,7 +117,6 @@ class Run:
         spec.update(
             work=str(self.work),
             params=self.p,
-            celery=self.celery,
             run=f"{self.id}-{tag}",
             out=str(self.work / f"{tag}.out.json"),
         )
@@ -170,10 +156,6 @@ class Run:
             proc.terminate()
             proc.wait(30)
 
-    def celery_worker(self) -> contextlib.AbstractContextManager[None]:
-        redis.Redis.from_url(REDIS_URL).flushdb()  # the benchmark's own database only
-        return self.process(CELERY_WORKER)
-
     def each(self, work: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         """``work`` of each item, one after the other; all at once in a quick run (whose
         figures are not to be judged), so that it takes seconds."""
@@ -187,8 +169,8 @@ class Run:
         self.results["systems"], self.results["W2"], self.results["W3"] = {}, {}, {}
 
         def one(db: str) -> tuple[str, Any]:
-            celery = db == "postgresql" and self.celery
-            with self.celery_worker() if celery else contextlib.nullcontext():
+            worker = self.process(CELERY_WORKER)  # Celery mode's, on PostgreSQL
+            with worker if db == "postgresql" else contextlib.nullcontext():
                 return db, self.step(f"turns-{db}", self.urls[db], {})
 
         for db, found in self.each(one, list(self.urls)):
@@ -198,8 +180,6 @@ class Run:
 
     def concurrency(self) -> None:
         """W4 on PostgreSQL, each run in a process of its own."""
-        if "postgresql" not in self.urls:
-            return self.skip("W4", "the concurrency workload runs on PostgreSQL")
 
         def one(run: tuple[str, str, bool, bool, bool]) -> tuple[str, Any]:
             label, mode, slow, proxied, pool = run

@@ -235,12 +235,8 @@ def page(r: dict[str, Any]) -> str:
         "`results.json`.",
         "",
     ]
-    lines += [f"Skipped: {s['what']}: {s['reason']}" for s in r["skipped"]]
     lines += ["## Goals", "", *table(goals(r))]
-    if r.get("systems"):
-        lines += w1(r) + w2_to_w3(r)
-    if r.get("W4"):
-        lines += w4(r)
+    lines += w1(r) + w2_to_w3(r) + w4(r)
     lines += [
         "## Method",
         "",
@@ -268,45 +264,39 @@ def page(r: dict[str, Any]) -> str:
 
 
 def plots(r: dict[str, Any], out: Path) -> None:
-    if r.get("systems"):
-        fig, ax = plt.subplots(figsize=(8, 5))
-        sizes = r["params"]["sizes"]
-        for sid, got in r["systems"].items():
-            ax.plot(sizes, [turn(r, sid, n) for n in sizes], marker="o", label=got["label"])
-        ax.set(
-            xscale="log",
-            yscale="log",
-            xlabel="stored history N (messages)",
-            ylabel="ms per turn (median)",
-            title="W1: one turn as the history grows",
-        )
-        _save(fig, ax, out / "w1_turn.png")
-        fig, ax = plt.subplots(figsize=(8, 5))
-        for got in r["W2"].values():
-            ax.plot(range(1, len(got["series_ms"]) + 1), got["series_ms"], lw=1, label=got["label"])
-        ax.set(
-            yscale="log",
-            xlabel="turn",
-            ylabel="ms per turn",
-            title=f"W2: turns with a summarizer sleeping {r['params']['slow_sleep']} s",
-        )
-        _save(fig, ax, out / "w2_latency.png")
-    if r.get("W4"):
-        fig, ax = plt.subplots(figsize=(8, 5))
-        for label, run in r["W4"].items():
-            counts = sorted(int(k) for k in run["by_count"])
-            ax.plot(
-                counts,
-                [run["by_count"][str(k)]["messages_per_s"] for k in counts],
-                marker="o",
-                label=label,
-            )
-        ax.set(
-            xlabel="conversations in one event loop",
-            ylabel="messages stored per second",
-            title="W4: conversations at once (PostgreSQL)",
-        )
-        _save(fig, ax, out / "w4_concurrency.png")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    sizes = r["params"]["sizes"]
+    for sid, got in r["systems"].items():
+        ax.plot(sizes, [turn(r, sid, n) for n in sizes], marker="o", label=got["label"])
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="stored history N (messages)",
+        ylabel="ms per turn (median)",
+        title="W1: one turn as the history grows",
+    )
+    _save(fig, ax, out / "w1_turn.png")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for got in r["W2"].values():
+        ax.plot(range(1, len(got["series_ms"]) + 1), got["series_ms"], lw=1, label=got["label"])
+    ax.set(
+        yscale="log",
+        xlabel="turn",
+        ylabel="ms per turn",
+        title=f"W2: turns with a summarizer sleeping {r['params']['slow_sleep']} s",
+    )
+    _save(fig, ax, out / "w2_latency.png")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, run in r["W4"].items():
+        counts = sorted(int(k) for k in run["by_count"])
+        per_s = [run["by_count"][str(k)]["messages_per_s"] for k in counts]
+        ax.plot(counts, per_s, marker="o", label=label)
+    ax.set(
+        xlabel="conversations in one event loop",
+        ylabel="messages stored per second",
+        title="W4: conversations at once (PostgreSQL)",
+    )
+    _save(fig, ax, out / "w4_concurrency.png")
 
 
 def _save(fig: Any, ax: Any, path: Path) -> None:

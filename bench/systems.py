@@ -341,13 +341,13 @@ class LangChain(System):
         return self.memories[slot].load_memory_variables({})
 
 
-def contenders(work: Path, celery: bool, slow: bool = False) -> dict[str, System]:
-    """The systems of the database Django is connected to, by id (Celery mode if
-    ``celery``); with ``slow``, those W2 runs, with the slow summarizer."""
+def contenders(work: Path, slow: bool = False) -> dict[str, System]:
+    """The systems of the database Django is connected to, by id; with ``slow``, those W2
+    runs, with the slow summarizer."""
     db = connection.vendor
     summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
     found: dict[str, System] = {f"sm-inline-{db}": SquadMemory("inline", summarizer)}
-    if db == "postgresql" and celery:
+    if db == "postgresql":
         found["sm-celery-postgresql"] = SquadMemory("celery", summarizer)
     if db == "sqlite":
         found["as-inmemory"] = AgentSquadInMemory(slow)

@@ -237,10 +237,9 @@ async def step(spec: dict[str, Any]) -> dict[str, Any]:
             )
             for k in p["counts"]
         }
-    work, celery = Path(spec["work"]), spec["celery"]
-    slow = systems.contenders(work, celery, slow=True)
+    slow = systems.contenders(Path(spec["work"]), slow=True)
     return {
-        "systems": await growth(systems.contenders(work, celery), run, p),
+        "systems": await growth(systems.contenders(Path(spec["work"])), run, p),
         "W2": {sid: await slow_turns(system, run, p["slow_turns"]) for sid, system in slow.items()},
         "W3": await sync_to_async(statements)(run, p["statements_n"]),
     }
