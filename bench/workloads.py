@@ -168,16 +168,16 @@ class Connections(threading.Thread):
                 self.peak = max(self.peak, row[0] if row else 0)
 
 
-async def conversations(
-    mode: str, slow: bool, count_: int, turns: int, run: str, trigger: tuple[int, int]
-) -> dict[str, Any]:
-    """W4 (PostgreSQL): ``count_`` conversations at once in this event loop, each ``turns`` turns as
-    agent-squad's orchestrator makes them: fetch_chat, save the user message, save the
-    answer. Messages stored per second, the turn's latency, fetch_chat's, and fetch_chat's
-    while a slow summary of another conversation runs in this process and none of its own
-    (each message names its conversation, and so does the last message a summary reads)."""
+async def conversations(run: str, count_: int, spec: dict[str, Any]) -> dict[str, Any]:
+    """W4 (PostgreSQL): ``count_`` conversations at once in this event loop, in the mode, with
+    the summarizer and trigger of ``spec``, each its ``turns`` turns as agent-squad's
+    orchestrator makes them: fetch_chat, save the user message, save the answer. Messages
+    stored per second, the turn's latency, fetch_chat's, and fetch_chat's while a slow
+    summary of another conversation runs in this process and none of its own (each message
+    names its conversation, and so does the last message a summary reads)."""
+    mode, slow, turns = spec["mode"], spec["slow"], spec["turns"]  # and trigger, pool
     summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
-    storage = SummarizingChatStorage(DjangoChatStorage(), summarizer, *trigger, mode=mode)
+    storage = SummarizingChatStorage(DjangoChatStorage(), summarizer, *spec["trigger"], mode=mode)
     turn_s: list[float] = []
     fetches: list[tuple[str, float, float]] = []
 
@@ -231,12 +231,7 @@ async def step(spec: dict[str, Any]) -> dict[str, Any]:
     count of conversations, or W1, W2 and W3 on this database."""
     p, run, c = spec["params"], spec["run"], spec.get("concurrency")
     if c:
-        return {
-            str(k): await conversations(
-                c["mode"], c["slow"], k, c["turns"], run, tuple(c["trigger"])
-            )
-            for k in p["counts"]
-        }
+        return {str(k): await conversations(run, k, c) for k in p["counts"]}
     slow = systems.contenders(Path(spec["work"]), slow=True)
     return {
         "systems": await growth(systems.contenders(Path(spec["work"])), run, p),
