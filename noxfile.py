@@ -72,9 +72,11 @@ def postgres(session: nox.Session) -> None:
     """The tests that use a database, on PostgreSQL, Django 5.2."""
     install(session)
     env = {"DATABASE_URL": PG_URL}
-    session.run(*PYTEST, "-m", "not nodb and not services", *session.posargs, env=env)
+    session.run(*PYTEST, "-m", "not nodb and not services and not docs", *session.posargs, env=env)
     # One at a time: the Celery workers these start miss their waits beside others.
-    session.run(*PYTEST, "-m", "not nodb and services", "-n", "0", *session.posargs, env=env)
+    session.run(
+        *PYTEST, "-m", "not nodb and services and not docs", "-n", "0", *session.posargs, env=env
+    )
 
 
 @nox.session(name="postgres-prepared", python="3.11")
@@ -105,7 +107,10 @@ def django6_sqlite(session: nox.Session) -> None:
     brokers, workers or browsers."""
     install(session, "6.1")
     session.run(
-        *PYTEST, "-m", "not services and not postgres and (core or not nodb)", *session.posargs
+        *PYTEST,
+        "-m",
+        "not services and not postgres and not docs and (core or not nodb)",
+        *session.posargs,
     )
 
 
@@ -114,4 +119,4 @@ def django6_postgres(session: nox.Session) -> None:
     """Django 6.1 on PostgreSQL: the database tests without brokers, workers or browsers."""
     install(session, "6.1")
     env = {"DATABASE_URL": f"{PG_URL}_dj6"}
-    session.run(*PYTEST, "-m", "not services and not nodb", *session.posargs, env=env)
+    session.run(*PYTEST, "-m", "not services and not nodb and not docs", *session.posargs, env=env)

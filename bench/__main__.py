@@ -2,29 +2,33 @@
 
 A full run writes ``bench/results/`` (README.md, results.json, PNG plots); a quick run
 writes to ``bench/.work/quick``. Each step runs in a fresh process on one database
-(:mod:`bench.child`): SQLite in ``bench/.work/`` and the PostgreSQL database of
-``BENCH_DATABASE_URL``; Celery mode uses the Redis of ``BENCH_BROKER_URL``.
+(``python -m bench --step SPEC.json``): SQLite in ``bench/.work/`` and the PostgreSQL
+database of ``BENCH_DATABASE_URL``; Celery mode uses the Redis of ``BENCH_BROKER_URL``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import itertools
 import json
 import os
-import secrets
 import shlex
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+import django
+import psycopg
+import redis
+
+from bench.proxy import proxy
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sm_bench")
@@ -44,18 +48,16 @@ FULL: dict[str, Any] = {
 }
 QUICK: dict[str, Any] = {
     **FULL,
-    **{
-        "sizes": [100, 300],
-        "turns": 4,
-        "block": 2,
-        "cap_s": 2.0,
-        "slow_turns": 22,
-        "slow_sleep": 0.05,
-        "statements_n": 60,
-        "counts": [1, 4],
-        "conv_turns": 3,
-        "slow_conv_turns": 6,
-    },
+    "sizes": [100, 300],
+    "turns": 4,
+    "block": 2,
+    "cap_s": 2.0,
+    "slow_turns": 22,
+    "slow_sleep": 0.05,
+    "statements_n": 60,
+    "counts": [1, 4],
+    "conv_turns": 3,
+    "slow_conv_turns": 6,
 }
 #: W4's runs: (label, mode, slow summarizer, through the proxy, Django's pool)
 CONCURRENCY = [
@@ -65,13 +67,11 @@ CONCURRENCY = [
     ("inline, 1 s summarizer, database 2 ms away", "inline", True, True, False),
     ("tasks, 1 s summarizer, database 2 ms away", "tasks", True, True, False),
 ]
-
-
-def _drain(stream: Any, log: Path) -> None:
-    with log.open("a") as out:
-        for line in iter(stream.readline, ""):
-            out.write(line)
-            out.flush()
+#: The workers of Celery mode and of tasks mode (``python`` and these arguments)
+CELERY_WORKER = (
+    "-m celery -A project worker -l info -c 1 --without-gossip --without-mingle --without-heartbeat"
+)
+DB_WORKER = "manage.py db_worker --no-reload --queue-name *"
 
 
 class Run:
@@ -80,8 +80,8 @@ class Run:
     def __init__(self, quick: bool, work: Path) -> None:
         self.p, self.quick, self.work = QUICK if quick else FULL, quick, work
         self.id, self.steps = f"r{int(time.time())}", itertools.count()
-        self.urls = {"sqlite": f"sqlite:///{work / 'bench.sqlite3'}"}
-        self.results: dict[str, Any] = {"params": self.p, "quick": quick, "skipped": []}
+        self.urls = {"sqlite": f"sqlite:///{work / 'bench.sqlite3'}", "postgresql": PG_URL}
+        self.results: dict[str, Any] = {"params": self.p, "quick": quick}
         self.logs: list[Path] = []  # the helper processes' output, newest last
 
     def env(self, url: str, **extra: str) -> dict[str, str]:
@@ -89,70 +89,34 @@ class Run:
         env.update(
             DJANGO_SETTINGS_MODULE="bench.settings",
             DATABASE_URL=url,
-            DJANGO_DEBUG="0",
-            DJANGO_SECRET_KEY=os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
-            DJANGO_SECURE_SSL_REDIRECT="0",
             SQUAD_MEMORY_VAR_DIR=str(self.work),
             CELERY_BROKER_URL=REDIS_URL,
-            BENCH_SUMMARIZER_SLEEP="0",
             DATABASE_PREPARED="1",
             BENCH_SLOW_SLEEP=str(self.p["slow_sleep"]),
             PYTHONWARNINGS="ignore",
         )
         return env | extra
 
-    def skip(self, what: str, reason: str) -> None:
-        self.results["skipped"].append({"what": what, "reason": reason})
-        print(f"  skipped {what}: {reason}", flush=True)
-
     def prepare(self) -> None:
-        """A fresh SQLite file; the PostgreSQL database created or emptied; migrations."""
+        """A fresh SQLite file and PostgreSQL database, migrated; an empty Redis database."""
         self.work.mkdir(parents=True, exist_ok=True)
         (self.work / "bench.sqlite3").unlink(missing_ok=True)
-        import psycopg
-
         base, _, name = PG_URL.rpartition("/")
-        try:
-            with psycopg.connect(f"{base}/postgres", autocommit=True, connect_timeout=3) as c:
-                if not c.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-                    c.execute(f'CREATE DATABASE "{name}"')
-            self.urls["postgresql"] = PG_URL
-        except psycopg.Error as exc:
-            self.skip("postgresql", f"PostgreSQL at {base} is not reachable: {exc}")
+        with psycopg.connect(f"{base}/postgres", autocommit=True, connect_timeout=3) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            c.execute(f'CREATE DATABASE "{name}"')
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).flushdb()  # the run's own
         cmd = [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"]
         migrating = [subprocess.Popen(cmd, cwd=ROOT, env=self.env(u)) for u in self.urls.values()]
         if any(proc.wait() for proc in migrating):
             raise RuntimeError("migrate failed on a benchmark database; see above")
-        if "postgresql" in self.urls:
-            with psycopg.connect(PG_URL.replace("postgres://", "postgresql://", 1)) as c:
-                c.execute(
-                    "TRUNCATE squad_memory_message, squad_memory_compression, "
-                    "squad_memory_slot RESTART IDENTITY CASCADE"
-                )
-        import redis
 
-        try:
-            redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
-            self.celery = "postgresql" in self.urls
-        except redis.RedisError as exc:
-            self.celery = False
-            self.skip("celery", f"Redis at {REDIS_URL} is not reachable: {exc}")
-
-    def step(
-        self,
-        kind: str,
-        db: str,
-        url: str | None = None,
-        env: dict[str, str] | None = None,
-        **spec: Any,
-    ) -> Any:
-        """Run one step in a fresh process; its JSON result."""
-        tag = f"{kind}-{db}-{next(self.steps)}"
+    def step(self, name: str, url: str, env: dict[str, str], **spec: Any) -> Any:
+        """Run one step in a fresh process on the database at ``url``; its JSON result."""
+        tag = f"{name}-{next(self.steps)}"
         spec.update(
-            kind=kind,
             work=str(self.work),
             params=self.p,
-            celery=self.celery,
             run=f"{self.id}-{tag}",
             out=str(self.work / f"{tag}.out.json"),
         )
@@ -160,11 +124,9 @@ class Run:
         path.write_text(json.dumps(spec))
         started = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "bench.child", str(path)],
+            [sys.executable, "-m", "bench", "--step", str(path)],
             cwd=ROOT,
-            env=self.env(
-                url or self.urls[db], BENCH_APPLICATION_NAME=f"bench-{tag}", **(env or {})
-            ),
+            env=self.env(url, BENCH_APPLICATION_NAME=f"bench-{tag}", **env),
             capture_output=True,
             text=True,
         )
@@ -175,58 +137,24 @@ class Run:
         return json.loads(Path(spec["out"]).read_text())
 
     @contextlib.contextmanager
-    def process(
-        self, cmd: list[str], url: str, ready: str | None = None, **env: str
-    ) -> Iterator[subprocess.Popen[str]]:
-        """A helper process for the duration of a block (stdin closed at its end)."""
-        proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=self.env(url, **env),
-            text=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        log = self.work / f"{Path(cmd[2]).stem}-{next(self.steps)}.log"
+    def process(self, args: str, **env: str) -> Iterator[None]:
+        """``python ARGS`` on the PostgreSQL database for the duration of a block, its output
+        in a log of the work folder (quoted if a step fails)."""
+        log = self.work / f"{args.split()[1]}-{next(self.steps)}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, *args.split()],
+                cwd=ROOT,
+                env=self.env(PG_URL, **env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.logs.append(log)
         try:
-            deadline, line = time.monotonic() + 60, ""
-            while ready and proc.stdout and ready not in line:
-                line = proc.stdout.readline()
-                with log.open("a") as out:
-                    out.write(line)
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{cmd[2:5]} did not start; see {log}")
-            # Keep reading what it writes (a full pipe would stop it mid-log), into a file.
-            threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True).start()
-            self.logs.append(log)
-            yield proc
+            yield  # the steps wait for the compressions they queue (SquadMemory.settle)
         finally:
-            if proc.stdin:
-                proc.stdin.close()
             proc.terminate()
             proc.wait(30)
-
-    def celery_worker(self) -> contextlib.AbstractContextManager[Any]:
-        import redis
-
-        redis.Redis.from_url(REDIS_URL).flushdb()  # the benchmark's own database only
-        cmd = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "project",
-            "worker",
-            "-l",
-            "info",
-            "-c",
-            "1",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ]
-        return self.process(cmd, PG_URL, "ready.")
 
     def each(self, work: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         """``work`` of each item, one after the other; all at once in a quick run (whose
@@ -241,8 +169,9 @@ class Run:
         self.results["systems"], self.results["W2"], self.results["W3"] = {}, {}, {}
 
         def one(db: str) -> tuple[str, Any]:
-            with self.celery_worker() if db == "postgresql" and self.celery else _nothing():
-                return db, self.step("turns", db)
+            worker = self.process(CELERY_WORKER)  # Celery mode's, on PostgreSQL
+            with worker if db == "postgresql" else contextlib.nullcontext():
+                return db, self.step(f"turns-{db}", self.urls[db], {})
 
         for db, found in self.each(one, list(self.urls)):
             self.results["systems"].update(found["systems"])
@@ -251,23 +180,6 @@ class Run:
 
     def concurrency(self) -> None:
         """W4 on PostgreSQL, each run in a process of its own."""
-        if "postgresql" not in self.urls:
-            return self.skip("W4", "the concurrency workload runs on PostgreSQL")
-        parts = urlsplit(PG_URL)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        far = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}"))
-        cmd = [
-            sys.executable,
-            "-m",
-            "bench.proxy",
-            str(port),
-            parts.hostname or "127.0.0.1",
-            str(parts.port or 5432),
-            str(self.p["delay_s"]),
-        ]
-        worker = [sys.executable, "manage.py", "db_worker", "--no-reload", "--queue-name", "*"]
 
         def one(run: tuple[str, str, bool, bool, bool]) -> tuple[str, Any]:
             label, mode, slow, proxied, pool = run
@@ -278,33 +190,23 @@ class Run:
                 "turns": self.p["slow_conv_turns" if slow else "conv_turns"],
                 "trigger": [4, 1] if slow else [20, 2],
             }
-            tasks = mode == "tasks"
-            with (
-                self.process(worker, PG_URL, BENCH_APPLICATION_NAME="bench-worker")
-                if tasks
-                else (_nothing())
-            ):
-                return label, dict(
-                    spec,
-                    by_count=self.step(
-                        "concurrency",
-                        "postgresql",
-                        url=far if proxied else PG_URL,
-                        env={"BENCH_POOL": "1"} if pool else {},
-                        concurrency=spec,
-                    ),
-                )
+            worker = self.process(DB_WORKER, BENCH_APPLICATION_NAME="bench-worker")
+            with worker if mode == "tasks" else contextlib.nullcontext():
+                url, pooled = far if proxied else PG_URL, "1" if pool else "0"
+                found = self.step("concurrency", url, {"BENCH_POOL": pooled}, concurrency=spec)
+                return label, dict(spec, by_count=found)
 
-        with self.process(cmd, PG_URL, "ready"):
+        parts = urlsplit(PG_URL)
+        target = parts.hostname or "127.0.0.1", parts.port or 5432
+        with proxy(*target, self.p["delay_s"]) as port:
+            far = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}"))
             self.results["round_trip_ms"] = {"local": _ping(PG_URL), "proxied": _ping(far)}
             self.results["W4"] = dict(self.each(one, CONCURRENCY))
 
 
 def _ping(url: str) -> float:
     """The median ms of a ``SELECT 1`` round trip to the database at ``url``."""
-    import psycopg
-
-    with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as conn:
+    with psycopg.connect(url) as conn:
         times = []
         for _ in range(200):
             started = time.perf_counter()
@@ -313,18 +215,21 @@ def _ping(url: str) -> float:
     return sorted(times)[100] * 1000
 
 
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--out", type=Path, help="results directory")
     parser.add_argument("--work", type=Path, default=ROOT / "bench" / ".work")
+    parser.add_argument("--step", type=Path, help="one step of a run (a run starts them)")
     args = parser.parse_args(argv)
+    if args.step:  # in a fresh process, on the database of DATABASE_URL
+        spec = json.loads(args.step.read_text())
+        django.setup()
+        from bench import workloads
+
+        Path(spec["out"]).write_text(json.dumps(asyncio.run(workloads.step(spec))))
+        return 0
     out = args.out or (args.work / "quick" if args.quick else ROOT / "bench" / "results")
     started = time.perf_counter()
     run = Run(args.quick, args.work.resolve())

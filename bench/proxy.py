@@ -1,13 +1,14 @@
 """A TCP proxy that puts a database farther away, as a managed database is (about 2 ms a
-round trip): ``python -m bench.proxy PORT TARGET_HOST TARGET_PORT DELAY`` holds every reply
-DELAY seconds (the event loop's timer adds its own fraction of a millisecond, so the whole
-delay sits on one side). It listens on 127.0.0.1 and stops when its parent closes its
-standard input."""
+round trip): :func:`proxy` holds every reply ``delay`` seconds (the event loop's timer adds
+its own fraction of a millisecond, so the whole delay sits on one side). It runs in a
+thread of the benchmark's parent process, which only waits for its steps' processes."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
+import contextlib
+import threading
+from collections.abc import Iterator
 
 
 async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
@@ -35,21 +36,25 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay
     await sender
 
 
-async def serve(port: int, host: str, target: int, delay: float) -> None:
+@contextlib.contextmanager
+def proxy(host: str, port: int, delay: float) -> Iterator[int]:
+    """A proxy to ``host:port`` on 127.0.0.1 for the duration of a block; its port."""
+
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        server_r, server_w = await asyncio.open_connection(host, target)
+        server_r, server_w = await asyncio.open_connection(host, port)
         await asyncio.gather(
             pipe(client_r, server_w, 0.0),
             pipe(server_r, client_w, delay),
             return_exceptions=True,
         )
 
-    server = await asyncio.start_server(handle, "127.0.0.1", port)
-    print("ready", flush=True)
-    loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes the pipe
-    server.close()
-
-
-if __name__ == "__main__":
-    asyncio.run(serve(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        server.close()

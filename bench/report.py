@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import platform
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,11 @@ def f(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def table(head: list[str], rows: list[list[Any]]) -> list[str]:
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """A Markdown table of ``rows`` (their keys are its head), then a blank line."""
+    head = list(rows[0]) if rows else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return [*lines, *("| " + " | ".join(f(c) for c in row) + " |" for row in rows), ""]
+    return [*lines, *("| " + " | ".join(f(c) for c in row.values()) + " |" for row in rows), ""]
 
 
 def turn(r: dict[str, Any], sid: str, n: int) -> float | None:
@@ -46,146 +49,124 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def goals(r: dict[str, Any]) -> list[list[Any]]:
+def ratios(r: dict[str, Any], sid: str, base: str) -> dict[str, float | None]:
+    """``sid``'s W1 turn over ``base``'s at each N, by column."""
+    return {f"N={n:,}": ratio(turn(r, sid, n), turn(r, base, n)) for n in r["params"]["sizes"]}
+
+
+def goals(r: dict[str, Any]) -> list[dict[str, Any]]:
     """Each goal, the ratio measured and whether it is met."""
     sizes, rows = r["params"]["sizes"], []
 
-    def add(goal: str, measured: float | None, met: bool | None) -> None:
-        rows.append([goal, measured, "-" if met is None else ("met" if met else "**not met**")])
+    def add(goal: str, measured: float | None, met: Callable[[float], bool]) -> None:
+        verdict = "-" if measured is None else ("met" if met(measured) else "**not met**")
+        rows.append({"goal": goal, "measured": measured, "verdict": verdict})
 
-    for db, limit in (("sqlite", 1.3), ("postgresql", 1.3)):
+    for db in ("sqlite", "postgresql"):
+        sm = f"sm-inline-{db}"
         for n in (sizes[0], sizes[-1]):
-            got = ratio(turn(r, f"sm-inline-{db}", n), turn(r, f"floor-contract-{db}", n))
-            add(
-                f"turn within {limit}x the contract floor ({db}), N={n:,}",
-                got,
-                None if got is None else got <= limit,
-            )
-        flat = ratio(turn(r, f"sm-inline-{db}", sizes[-1]), turn(r, f"sm-inline-{db}", sizes[0]))
-        add(
-            f"turn flat in N ({db}): N={sizes[-1]:,} within 1.3x N={sizes[0]:,}",
-            flat,
-            None if flat is None else flat <= 1.3,
-        )
+            got = ratio(turn(r, sm, n), turn(r, f"floor-contract-{db}", n))
+            add(f"turn within 1.3x the contract floor ({db}), N={n:,}", got, lambda v: v <= 1.3)
+        flat = ratio(turn(r, sm, sizes[-1]), turn(r, sm, sizes[0]))
+        goal = f"turn flat in N ({db}): N={sizes[-1]:,} within 1.3x N={sizes[0]:,}"
+        add(goal, flat, lambda v: v <= 1.3)
     for n in (sizes[0], sizes[-1]):
         got = ratio(turn(r, "as-libsql", n), turn(r, "sm-inline-sqlite", n))
-        add(
-            f"3x faster per turn than agent-squad over libsql, N={n:,}",
-            got,
-            None if got is None else got >= 3,
-        )
+        add(f"3x faster per turn than agent-squad over libsql, N={n:,}", got, lambda v: v >= 3)
     w4 = r.get("W4", {})
     far = w4.get("inline, database 2 ms away", {}).get("by_count", {})
     counts = sorted(int(k) for k in far)
     if len(counts) > 1:
         got = ratio(far[str(counts[-1])]["messages_per_s"], far[str(counts[0])]["messages_per_s"])
-        add(
-            f"{counts[-1]} conversations get 3x the messages/s of one, database 2 ms away",
-            got,
-            None if got is None else got >= 3,
-        )
+        goal = f"{counts[-1]} conversations get 3x the messages/s of one, database 2 ms away"
+        add(goal, got, lambda v: v >= 3)
     slow = w4.get("inline, 1 s summarizer, database 2 ms away", {}).get("by_count", {})
     for k, got in list(slow.items())[1:]:  # one conversation has no others
-        p99 = got["fetch_during_summaries"].get("p99")
-        add(
-            f"{k} conversations, 1 s summarizer: the others' fetch_chat p99 under 250 ms",
-            p99,
-            None if p99 is None else p99 < 250,
-        )
+        goal = f"{k} conversations, 1 s summarizer: the others' fetch_chat p99 under 250 ms"
+        add(goal, got["fetch_during_summaries"].get("p99"), lambda v: v < 250)
     return rows
 
 
 def w1(r: dict[str, Any]) -> list[str]:
-    sizes = r["params"]["sizes"]
-    head = ["system", *(f"N={n:,}" for n in sizes), f"N={sizes[-1]:,} / N={sizes[0]:,}"]
-    rows, steps = [], []
-    for sid, got in r["systems"].items():
-        cells = []
-        for n in sizes:
-            one = got["W1"][str(n)]
-            capped = f", {one['turn']['n']}/{r['params']['turns']} turns" if one["capped"] else ""
-            cells.append(f"{f(one['turn']['median'])} ({f(one['turn']['p90'])}{capped})")
-        rows.append([got["label"], *cells, ratio(turn(r, sid, sizes[-1]), turn(r, sid, sizes[0]))])
-        steps.append(
-            [
-                got["label"],
-                *(
-                    " / ".join(
-                        f(got["W1"][str(n)][part].get("median"))
-                        for part in ("save_user", "save_answer", "fetch")
-                    )
-                    for n in sizes
-                ),
-            ]
+    sizes, turns = r["params"]["sizes"], r["params"]["turns"]
+
+    def cell(one: dict[str, Any]) -> str:
+        """The turn's median (its p90, and how many turns ran if capped)."""
+        capped = f", {one['turn']['n']}/{turns} turns" if one["capped"] else ""
+        return f"{f(one['turn']['median'])} ({f(one['turn']['p90'])}{capped})"
+
+    def steps(one: dict[str, Any]) -> str:
+        """The median of each step: save user / save answer / fetch."""
+        return " / ".join(
+            f(one[step].get("median")) for step in ("save_user", "save_answer", "fetch")
         )
-    lines = [
+
+    rows, parts, floors = [], [], []
+    for sid, got in r["systems"].items():
+        at = {f"N={n:,}": got["W1"][str(n)] for n in sizes}
+        growth = ratio(turn(r, sid, sizes[-1]), turn(r, sid, sizes[0]))
+        rows.append(
+            {
+                "system": got["label"],
+                **{col: cell(one) for col, one in at.items()},
+                f"N={sizes[-1]:,} / N={sizes[0]:,}": growth,
+            }
+        )
+        parts.append({"system": got["label"], **{col: steps(one) for col, one in at.items()}})
+        db = sid.rsplit("-", 1)[-1]
+        for floor, name in FLOORS.items():
+            base = f"{floor}-{db}"
+            if sid.startswith(("sm-", "floor-contract")) and sid != base and base in r["systems"]:
+                floors.append(
+                    {"system": got["label"], "floor": f"{name} ({db})", **ratios(r, sid, base)}
+                )
+    rivals = [
+        {"store": name, **ratios(r, sid, "sm-inline-sqlite")}
+        for sid, name in RIVALS.items()
+        if sid in r["systems"]
+    ]
+    return [
         "## W1: one turn as the stored history grows",
         "",
         "A turn is: save the user message, save the answer, fetch_chat (ms, median; p90 "
         "in brackets), through the async API as agent-squad's orchestrator calls it, on a "
         "slot pre-filled with N messages.",
         "",
-        *table(head, rows),
+        *table(rows),
         "Per step (median ms: save user / save answer / fetch):",
         "",
-        *table(["system", *(f"N={n:,}" for n in sizes)], steps),
+        *table(parts),
         "![W1](w1_turn.png)",
         "",
         "### Ratios per turn",
         "",
         "squad_memory's turn over each floor of its database (medians of the same run):",
         "",
-    ]
-    rows = []
-    for sid, got in r["systems"].items():
-        db = sid.rsplit("-", 1)[-1]
-        for floor, name in FLOORS.items():
-            if (
-                sid.startswith(("sm-", "floor-contract"))
-                and sid != f"{floor}-{db}"
-                and (f"{floor}-{db}" in r["systems"])
-            ):
-                rows.append(
-                    [
-                        got["label"],
-                        f"{name} ({db})",
-                        *(ratio(turn(r, sid, n), turn(r, f"{floor}-{db}", n)) for n in sizes),
-                    ]
-                )
-    lines += table(["system", "floor", *(f"N={n:,}" for n in sizes)], rows)
-    lines += [
+        *table(floors),
         "Other stores' turn over squad_memory inline (SQLite)'s (>1: squad_memory is faster):",
         "",
+        *table(rivals),
     ]
-    rows = [
-        [name, *(ratio(turn(r, sid, n), turn(r, "sm-inline-sqlite", n)) for n in sizes)]
-        for sid, name in RIVALS.items()
-        if sid in r["systems"]
-    ]
-    return lines + table(["store", *(f"N={n:,}" for n in sizes)], rows)
 
 
 def w2_to_w3(r: dict[str, Any]) -> list[str]:
     p = r["params"]
-    lines = [
+    rows = [
+        {
+            "system": got["label"],
+            **{q: got["turn"][q] for q in ("p50", "p99", "max")},
+            "turns over 0.5 s": got["over_half_s"],
+        }
+        for got in r["W2"].values()
+    ]
+    ops = next(iter(r["W3"].values()), {})
+    return [
         "## W2: the turn while the summarizer takes its time",
         "",
         f"{p['slow_turns']} turns from an empty slot, summarizer sleeping "
         f"{p['slow_sleep']} s, trigger_at 20, keep_last 2 (ms).",
         "",
-    ]
-    rows = [
-        [
-            got["label"],
-            got["turn"]["p50"],
-            got["turn"]["p99"],
-            got["turn"]["max"],
-            got["over_half_s"],
-        ]
-        for got in r["W2"].values()
-    ]
-    lines += table(["system", "p50", "p99", "max", "turns over 0.5 s"], rows)
-    lines += [
+        *table(rows),
         "![W2](w2_latency.png)",
         "",
         "## W3: SQL statements per operation",
@@ -193,15 +174,30 @@ def w2_to_w3(r: dict[str, Any]) -> list[str]:
         f"squad_memory inline, sync API, on a slot of {p['statements_n']:,} messages; "
         "BEGIN, COMMIT and savepoints left out.",
         "",
+        *table([{"operation": op, **{db: got[op] for db, got in r["W3"].items()}} for op in ops]),
     ]
-    dbs = list(r["W3"])
-    ops = list(r["W3"][dbs[0]]) if dbs else []
-    return lines + table(["operation", *dbs], [[op, *(r["W3"][d][op] for d in dbs)] for op in ops])
 
 
 def w4(r: dict[str, Any]) -> list[str]:
     p, rtt = r["params"], r.get("round_trip_ms", {})
-    lines = [
+    rows = []
+    for label, run in r.get("W4", {}).items():
+        one = run["by_count"][str(p["counts"][0])]["messages_per_s"]
+        for k, got in run["by_count"].items():
+            rows.append(
+                {
+                    "run": label,
+                    "conversations": int(k),
+                    "messages/s": got["messages_per_s"],
+                    "x one": ratio(got["messages_per_s"], one),
+                    "turn p50": got["turn"]["p50"],
+                    "turn p99": got["turn"]["p99"],
+                    "fetch p99": got["fetch"]["p99"],
+                    "others' fetch p99": got["fetch_during_summaries"].get("p99"),
+                    "connections": got["connections"],
+                }
+            )
+    return [
         "## W4: many conversations in one event loop (PostgreSQL)",
         "",
         "Each conversation makes turns as agent-squad's orchestrator does (fetch_chat, save "
@@ -211,46 +207,19 @@ def w4(r: dict[str, Any]) -> list[str]:
         f'{p["slow_conv_turns"]} turns each (trigger_at 4, keep_last 1). "2 ms away": '
         f"through a TCP proxy the run starts on 127.0.0.1 that holds every reply "
         f"{p['delay_s'] * 1000:g} ms (a `SELECT 1` round trip: {f(rtt.get('proxied'))} ms "
-        f"median through it, {f(rtt.get('local'))} ms without). Tasks mode: a "
-        "`manage.py db_worker` runs the "
-        'compressions. Latencies in ms; "others\' fetch p99": fetch_chat calls that overlap '
-        "a summary of another conversation and none of their own (inline mode); "
-        "connections: the most server "
-        "connections of the process seen in `pg_stat_activity` (sampled every 20 ms).",
+        f"median through it, {f(rtt.get('local'))} ms without). Tasks mode: a `manage.py "
+        'db_worker` runs the compressions. Latencies in ms; "others\' fetch p99": fetch_chat '
+        "calls that overlap a summary of another conversation and none of their own (inline "
+        "mode); connections: the most server connections of the process seen in "
+        "`pg_stat_activity` (sampled every 20 ms).",
+        "",
+        *table(rows),
+        "![W4](w4_concurrency.png)",
         "",
     ]
-    rows = []
-    for label, run in r.get("W4", {}).items():
-        one = run["by_count"][str(p["counts"][0])]["messages_per_s"]
-        for k, got in run["by_count"].items():
-            rows.append(
-                [
-                    label,
-                    int(k),
-                    got["messages_per_s"],
-                    ratio(got["messages_per_s"], one),
-                    got["turn"]["p50"],
-                    got["turn"]["p99"],
-                    got["fetch"]["p99"],
-                    got["fetch_during_summaries"].get("p99"),
-                    got["connections"],
-                ]
-            )
-    head = [
-        "run",
-        "conversations",
-        "messages/s",
-        "x one",
-        "turn p50",
-        "turn p99",
-        "fetch p99",
-        "others' fetch p99",
-        "connections",
-    ]
-    return [*lines, *table(head, rows), "![W4](w4_concurrency.png)", ""]
 
 
-def page(r: dict[str, Any], out: Path) -> str:
+def page(r: dict[str, Any]) -> str:
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     quick = " (quick smoke run: sizes too small to judge)" if r["quick"] else ""
     load = " / ".join(
@@ -266,15 +235,8 @@ def page(r: dict[str, Any], out: Path) -> str:
         "`results.json`.",
         "",
     ]
-    lines += [f"Skipped: {s['what']}: {s['reason']}" for s in r["skipped"]]
-    lines += ["## Goals", "", *table(["goal", "measured", "verdict"], goals(r))]
-    if r.get("systems"):
-        lines += w1(r) + w2_to_w3(r)
-    if r.get("W4"):
-        lines += w4(r)
-    api = out / "api_cost.md"  # the API's cost against plain DRF views, where measured
-    if api.exists():
-        lines += ["## The API against plain DRF views", "", f"See [api_cost.md]({api.name}).", ""]
+    lines += ["## Goals", "", *table(goals(r))]
+    lines += w1(r) + w2_to_w3(r) + w4(r)
     lines += [
         "## Method",
         "",
@@ -302,45 +264,39 @@ def page(r: dict[str, Any], out: Path) -> str:
 
 
 def plots(r: dict[str, Any], out: Path) -> None:
-    if r.get("systems"):
-        fig, ax = plt.subplots(figsize=(8, 5))
-        sizes = r["params"]["sizes"]
-        for sid, got in r["systems"].items():
-            ax.plot(sizes, [turn(r, sid, n) for n in sizes], marker="o", label=got["label"])
-        ax.set(
-            xscale="log",
-            yscale="log",
-            xlabel="stored history N (messages)",
-            ylabel="ms per turn (median)",
-            title="W1: one turn as the history grows",
-        )
-        _save(fig, ax, out / "w1_turn.png")
-        fig, ax = plt.subplots(figsize=(8, 5))
-        for got in r["W2"].values():
-            ax.plot(range(1, len(got["series_ms"]) + 1), got["series_ms"], lw=1, label=got["label"])
-        ax.set(
-            yscale="log",
-            xlabel="turn",
-            ylabel="ms per turn",
-            title=f"W2: turns with a summarizer sleeping {r['params']['slow_sleep']} s",
-        )
-        _save(fig, ax, out / "w2_latency.png")
-    if r.get("W4"):
-        fig, ax = plt.subplots(figsize=(8, 5))
-        for label, run in r["W4"].items():
-            counts = sorted(int(k) for k in run["by_count"])
-            ax.plot(
-                counts,
-                [run["by_count"][str(k)]["messages_per_s"] for k in counts],
-                marker="o",
-                label=label,
-            )
-        ax.set(
-            xlabel="conversations in one event loop",
-            ylabel="messages stored per second",
-            title="W4: conversations at once (PostgreSQL)",
-        )
-        _save(fig, ax, out / "w4_concurrency.png")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    sizes = r["params"]["sizes"]
+    for sid, got in r["systems"].items():
+        ax.plot(sizes, [turn(r, sid, n) for n in sizes], marker="o", label=got["label"])
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="stored history N (messages)",
+        ylabel="ms per turn (median)",
+        title="W1: one turn as the history grows",
+    )
+    _save(fig, ax, out / "w1_turn.png")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for got in r["W2"].values():
+        ax.plot(range(1, len(got["series_ms"]) + 1), got["series_ms"], lw=1, label=got["label"])
+    ax.set(
+        yscale="log",
+        xlabel="turn",
+        ylabel="ms per turn",
+        title=f"W2: turns with a summarizer sleeping {r['params']['slow_sleep']} s",
+    )
+    _save(fig, ax, out / "w2_latency.png")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, run in r["W4"].items():
+        counts = sorted(int(k) for k in run["by_count"])
+        per_s = [run["by_count"][str(k)]["messages_per_s"] for k in counts]
+        ax.plot(counts, per_s, marker="o", label=label)
+    ax.set(
+        xlabel="conversations in one event loop",
+        ylabel="messages stored per second",
+        title="W4: conversations at once (PostgreSQL)",
+    )
+    _save(fig, ax, out / "w4_concurrency.png")
 
 
 def _save(fig: Any, ax: Any, path: Path) -> None:
@@ -353,4 +309,4 @@ def _save(fig: Any, ax: Any, path: Path) -> None:
 
 def write(r: dict[str, Any], out: Path) -> None:
     plots(r, out)
-    (out / "README.md").write_text(page(r, out))
+    (out / "README.md").write_text(page(r))

@@ -1,5 +1,5 @@
 """Django settings of the benchmark processes: the demo project's, without DEBUG (with it
-on, Django keeps every query in memory)."""
+on, Django keeps every query in memory), squad_memory logging its warnings only."""
 
 from __future__ import annotations
 
@@ -8,12 +8,7 @@ import os
 from project.settings import *  # noqa: F403
 
 DEBUG = False
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"squad_memory": {"handlers": ["console"], "level": "WARNING"}},
-}
+LOGGING["loggers"]["squad_memory"]["level"] = "WARNING"  # noqa: F405
 # Connections outlive a call, as a deployment serving async callers sets CONN_MAX_AGE (the
 # async API's database threads honour it); Django's pool lends one per call instead.
 DATABASES["default"]["CONN_MAX_AGE"] = 0 if os.environ.get("BENCH_POOL") == "1" else None  # noqa: F405

@@ -1,12 +1,13 @@
 """The systems side by side: squad_memory, the floors, agent-squad's stores and LangChain.
 
 Each offers the same async turn: save the user message, save the answer, fetch. Every
-system summarizes with the same fake summarizer (:func:`compress` after a sleep that
-stands for the LLM call).
+system summarizes with the same fake summarizer (:func:`summarize`; in W2 and W4's slow runs
+after a sleep that stands for the LLM call).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -49,69 +50,59 @@ def message(k: int, content: list[dict[str, Any]] | None = None) -> Conversation
     return ConversationMessage(role=role_of(k), content=content or [{"text": text_of(k)}])
 
 
-def compress(history: list[Any], keep_last: int) -> list[Any]:
+def summarize(history: list[Any], keep_last: int) -> list[Any]:
     """Keep the last ``keep_last`` pairs and fold the rest into one summary message."""
     cut = max(len(history) - keep_last * 2, 0)
     text = f"[Summary] {cut} earlier messages."
     return [ConversationMessage(role="user", content=[{"text": text}]), *history[cut:]]
 
 
-#: (start, end, first message's text) of every slow summary run in this process
+#: (start, end, last message's text) of every slow summary run in this process
 SUMMARIES: list[tuple[float, float, str]] = []
 _LOCK = threading.Lock()
 
 
-def summarize(history: list[Any], keep_last: int) -> list[Any]:
-    """Sleep ``BENCH_SUMMARIZER_SLEEP`` seconds (0 by default), then :func:`compress`."""
-    time.sleep(float(os.environ.get("BENCH_SUMMARIZER_SLEEP", "0")))
-    return compress(history, keep_last)
-
-
 def summarize_slow(history: list[Any], keep_last: int) -> list[Any]:
-    """A sync LLM call: sleep ``BENCH_SLOW_SLEEP`` seconds (1 by default), recorded in
-    :data:`SUMMARIES` for the concurrency workload."""
+    """:func:`summarize` after a sync LLM call: a sleep of ``BENCH_SLOW_SLEEP`` seconds (1
+    by default), recorded in :data:`SUMMARIES` for the concurrency workload."""
     started = time.perf_counter()
     time.sleep(float(os.environ.get("BENCH_SLOW_SLEEP", "1")))
     with _LOCK:
         SUMMARIES.append((started, time.perf_counter(), str(history[-1].content)))
-    return compress(history, keep_last)
+    return summarize(history, keep_last)
 
 
 async def asummarize(history: list[Any], keep_last: int) -> list[Any]:
-    """agent-squad's wrapper awaits its summarizer: the same sleep, in the event loop."""
-    import asyncio
-
-    await asyncio.sleep(float(os.environ.get("BENCH_SUMMARIZER_SLEEP", "0")))
-    return compress(history, keep_last)
+    """agent-squad's wrapper awaits its summarizer."""
+    return summarize(history, keep_last)
 
 
 async def asummarize_slow(history: list[Any], keep_last: int) -> list[Any]:
-    import asyncio
-
+    """:func:`summarize_slow`'s sleep, in the event loop."""
     await asyncio.sleep(float(os.environ.get("BENCH_SLOW_SLEEP", "1")))
-    return compress(history, keep_last)
+    return summarize(history, keep_last)
 
 
 # -- the systems ---------------------------------------------------------------------------
 class System:
     """One store under test; a turn is :meth:`save` of a user message and of an answer,
-    then :meth:`fetch`."""
+    then :meth:`fetch`, by default through agent-squad's ``ChatStorage`` contract on
+    :attr:`storage`, as its orchestrator calls it."""
 
     label = "system"
-    database = "-"
+    storage: Any = None
 
     async def start(self) -> None:
         """Open connections, create tables."""
 
     async def prefill(self, slot: SlotId, n: int) -> None:
         """Store ``n`` messages in bulk and activate the buffer where there is one."""
-        raise NotImplementedError
 
     async def save(self, slot: SlotId, k: int) -> Any:
-        raise NotImplementedError
+        return await self.storage.save_chat_message(*slot, message(k))
 
     async def fetch(self, slot: SlotId) -> Any:
-        raise NotImplementedError
+        return await self.storage.fetch_chat(*slot)
 
     async def settle(self) -> None:
         """Wait until background work is done (Celery mode)."""
@@ -120,29 +111,19 @@ class System:
         """Release connections."""
 
 
-def _db() -> str:
-    return "PostgreSQL" if connection.vendor == "postgresql" else "SQLite"
+def stored(k: int) -> dict[str, Any]:
+    """The ``k``-th message's fields as squad_memory stores them (its slot and seq aside)."""
+    text = text_of(k)
+    content, tokens = [{"text": text}], -(-len(text) // 4)
+    return {"role": role_of(k), "content": content, "text": text, "tokens": tokens}
 
 
 def _slot_row(slot: SlotId, n: int) -> Slot:
     """The slot's row with ``n`` messages inserted in bulk (statistics gathered after)."""
     row, _ = Slot.objects.get_or_create(user_id=slot[0], session_id=slot[1], agent_id=slot[2])
     stamp = int(time.time() * 1000)
-    Message.objects.bulk_create(
-        [
-            Message(
-                slot=row,
-                seq=k + 1,
-                role=role_of(k),
-                content=[{"text": text_of(k)}],
-                text=text_of(k),
-                tokens=-(-len(text_of(k)) // 4),
-                timestamp=stamp,
-            )
-            for k in range(n)
-        ],
-        batch_size=2000,
-    )
+    rows = [Message(slot=row, seq=k + 1, timestamp=stamp, **stored(k)) for k in range(n)]
+    Message.objects.bulk_create(rows, batch_size=2000)
     row.last_seq, row.last_role = n, role_of(n - 1) if n else ""
     row.save(update_fields=["last_seq", "last_role"])
     with connection.cursor() as cursor:  # as autovacuum would, after a bulk load
@@ -154,8 +135,7 @@ class SquadMemory(System):
     """``SummarizingChatStorage(DjangoChatStorage(), ...)`` through its async API."""
 
     def __init__(self, mode: str = "inline", summarizer: str = "bench.systems.summarize") -> None:
-        self.mode, self.database = mode, connection.vendor
-        self.label = f"squad_memory {mode} ({_db()})"
+        self.mode, self.label = mode, f"squad_memory {mode} ({connection.display_name})"
         self.storage = SummarizingChatStorage(
             DjangoChatStorage(), summarizer, TRIGGER_AT, KEEP_LAST, mode=mode
         )
@@ -164,12 +144,6 @@ class SquadMemory(System):
         await sync_to_async(_slot_row)(slot, n)
         await self.storage.fetch_chat(*slot)  # activates the buffer (one compression)
         await self.settle()
-
-    async def save(self, slot: SlotId, k: int) -> Any:
-        return await self.storage.save_chat_message(*slot, message(k))
-
-    async def fetch(self, slot: SlotId) -> Any:
-        return await self.storage.fetch_chat(*slot)
 
     async def settle(self, timeout: float = 120) -> None:
         """Wait for every queued compression to be applied by the worker."""
@@ -190,8 +164,7 @@ class DjangoFloor(System):
     kind = "Django's floor"
 
     def __init__(self) -> None:
-        self.database = connection.vendor
-        self.label = f"{self.kind} ({_db()})"
+        self.label = f"{self.kind} ({connection.display_name})"
         self.slots: dict[SlotId, list[int]] = {}  # slot -> [row id, last seq]
         m, s = Message._meta, Slot._meta
         self.messages, self.slot_table = m.db_table, s.db_table
@@ -208,18 +181,10 @@ class DjangoFloor(System):
         )
 
     def values(self, row_id: int, seq: int, k: int) -> list[Any]:
-        text = text_of(k)
-        content = json.dumps([{"text": text}])
-        return [
-            row_id,
-            seq,
-            role_of(k),
-            content,
-            None,
-            int(time.time() * 1000),
-            text,
-            -(-len(text) // 4),
-        ]
+        """The parameters of :data:`FIELDS` for the ``k``-th message."""
+        row = stored(k) | {"slot": row_id, "seq": seq, "citations": None}
+        row |= {"content": json.dumps(row["content"]), "timestamp": int(time.time() * 1000)}
+        return [row[name] for name in FIELDS]
 
     def rows(self, sql: str, params: list[Any]) -> list[dict[str, Any]]:
         with connection.cursor() as cursor:
@@ -299,15 +264,12 @@ def _json(value: Any) -> Any:
 class AgentSquadInMemory(System):
     """agent-squad's own ``SummarizingChatStorage`` over its ``InMemoryChatStorage``."""
 
-    label, database = "agent-squad wrapper (InMemory)", "process memory"
+    label = "agent-squad wrapper (InMemory)"
 
-    def __init__(self, slow: bool = False) -> None:
-        self.inner = self.make_inner()
+    def __init__(self, slow: bool = False, inner: Any = None) -> None:
+        self.inner = inner or InMemoryChatStorage()
         summarizer = asummarize_slow if slow else asummarize
         self.storage = SquadSummarizing(self.inner, summarizer, TRIGGER_AT, KEEP_LAST)
-
-    def make_inner(self) -> Any:
-        return InMemoryChatStorage()
 
     async def prefill(self, slot: SlotId, n: int) -> None:
         now = int(time.time() * 1000)
@@ -317,25 +279,16 @@ class AgentSquadInMemory(System):
         ]
         await self.storage.fetch_chat(*slot)  # activates the buffer
 
-    async def save(self, slot: SlotId, k: int) -> Any:
-        return await self.storage.save_chat_message(*slot, message(k))
-
-    async def fetch(self, slot: SlotId) -> Any:
-        return await self.storage.fetch_chat(*slot)
-
 
 class AgentSquadLibsql(AgentSquadInMemory):
     """agent-squad's ``SummarizingChatStorage`` over its ``SqlChatStorage`` (a libsql file)."""
 
-    label, database = "agent-squad wrapper (libsql)", "libsql file"
+    label = "agent-squad wrapper (libsql)"
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.unlink(missing_ok=True)
-        super().__init__()
-
-    def make_inner(self) -> Any:
-        return SqlChatStorage(url=f"file:{self.path}")
+        super().__init__(inner=SqlChatStorage(url=f"file:{path}"))
 
     async def start(self) -> None:
         await self.inner.initialize()
@@ -356,52 +309,64 @@ class LangChain(System):
     (SQLite); ``save_context`` stores the question and the answer at once, so the user
     message's save stores both and the answer's does nothing."""
 
-    label, database = "LangChain summary buffer (SQL)", "SQLite (SQLAlchemy)"
+    label = "LangChain summary buffer (SQL)"
 
     def __init__(self, path: Path) -> None:
         self.url = f"sqlite:///{path}"
         path.unlink(missing_ok=True)
         self.memories: dict[SlotId, Any] = {}
 
-    def memory(self, slot: SlotId) -> Any:
-        if slot not in self.memories:
-            import warnings
-
-            warnings.filterwarnings("ignore", category=DeprecationWarning)
-            from langchain_classic.memory import ConversationSummaryBufferMemory
-            from langchain_community.chat_message_histories import SQLChatMessageHistory
-
-            history = SQLChatMessageHistory(session_id="#".join(slot), connection=self.url)
-            limit = (len(text_of(0)) + len(text_of(1))) // 4 * TRIGGER_AT
-            self.memories[slot] = ConversationSummaryBufferMemory(
-                llm=_fake_llm(), chat_memory=history, max_token_limit=limit, return_messages=True
-            )
-        return self.memories[slot]
-
     async def prefill(self, slot: SlotId, n: int) -> None:
+        import warnings
+
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        from langchain_classic.memory import ConversationSummaryBufferMemory
+        from langchain_community.chat_message_histories import SQLChatMessageHistory
         from langchain_core.messages import AIMessage, HumanMessage
 
+        history = SQLChatMessageHistory(session_id="#".join(slot), connection=self.url)
+        limit = (len(text_of(0)) + len(text_of(1))) // 4 * TRIGGER_AT
+        self.memories[slot] = memory = ConversationSummaryBufferMemory(
+            llm=_fake_llm(), chat_memory=history, max_token_limit=limit, return_messages=True
+        )
         kinds = {"user": HumanMessage, "assistant": AIMessage}
-        memory = self.memory(slot)
-        memory.chat_memory.add_messages([kinds[role_of(k)](content=text_of(k)) for k in range(n)])
+        history.add_messages([kinds[role_of(k)](content=text_of(k)) for k in range(n)])
         memory.prune()  # the first summary, as agent-squad's activation
 
     async def save(self, slot: SlotId, k: int) -> Any:
         if k % 2 == 0:
-            self.memory(slot).save_context({"input": text_of(k)}, {"output": text_of(k + 1)})
+            self.memories[slot].save_context({"input": text_of(k)}, {"output": text_of(k + 1)})
 
     async def fetch(self, slot: SlotId) -> Any:
-        return self.memory(slot).load_memory_variables({})
+        return self.memories[slot].load_memory_variables({})
+
+
+def contenders(work: Path, slow: bool = False) -> dict[str, System]:
+    """The systems of the database Django is connected to, by id; with ``slow``, those W2
+    runs, with the slow summarizer."""
+    db = connection.vendor
+    summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
+    found: dict[str, System] = {f"sm-inline-{db}": SquadMemory("inline", summarizer)}
+    if db == "postgresql":
+        found["sm-celery-postgresql"] = SquadMemory("celery", summarizer)
+    if db == "sqlite":
+        found["as-inmemory"] = AgentSquadInMemory(slow)
+    if not slow:
+        found[f"floor-django-{db}"] = DjangoFloor()
+        found[f"floor-contract-{db}"] = ContractFloor()
+        if db == "sqlite":
+            found["as-libsql"] = AgentSquadLibsql(work / "libsql.db")
+            found["langchain"] = LangChain(work / "langchain.db")
+    return found
 
 
 def _fake_llm() -> Any:
     from langchain_core.language_models.fake import FakeListLLM
 
     class FakeSummaryLLM(FakeListLLM):
-        """Sleeps like :func:`summarize`; counts tokens as characters / 4."""
+        """Answers at once, as :func:`summarize`; counts tokens as characters / 4."""
 
         def _call(self, prompt: str, *args: Any, **kwargs: Any) -> str:
-            time.sleep(float(os.environ.get("BENCH_SUMMARIZER_SLEEP", "0")))
             return f"[Summary] {len(prompt)} characters of earlier conversation."
 
         def get_num_tokens(self, text: str) -> int:

@@ -1,16 +1,20 @@
 """The workloads: a turn as the history grows (W1), the turn with a slow summarizer (W2),
-statements per operation (W3), and many conversations in one event loop (W4)."""
+statements per operation (W3), and many conversations in one event loop (W4); :func:`step`
+runs those of one step of the run in this process."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import statistics
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -120,23 +124,22 @@ def statements(run: str, n: int) -> dict[str, int]:
     wrapper = SummarizingChatStorage(
         DjangoChatStorage(), systems.summarize, systems.TRIGGER_AT, systems.KEEP_LAST
     )
-    key = (run, f"statements-{n}", "agent")
+    key, message = (run, f"statements-{n}", "agent"), systems.message
+    fetch, save = wrapper.fetch_chat_sync, wrapper.save_chat_message_sync
     systems._slot_row(key, n)
     found = {
-        "first fetch_chat (activation: one compression)": count(wrapper.fetch_chat_sync, *key),
-        "fetch_chat, active buffer": count(wrapper.fetch_chat_sync, *key),
-        "save_chat_message": count(wrapper.save_chat_message_sync, *key, systems.message(n)),
+        "first fetch_chat (activation: one compression)": count(fetch, *key),
+        "fetch_chat, active buffer": count(fetch, *key),
+        "save_chat_message": count(save, *key, message(n)),
         "save_chat_messages (2)": count(
-            wrapper.save_chat_messages_sync, *key, [systems.message(n + 1), systems.message(n + 2)]
+            wrapper.save_chat_messages_sync, *key, [message(n + 1), message(n + 2)]
         ),
-        "save_chat_message, same role (skipped)": count(
-            wrapper.save_chat_message_sync, *key, systems.message(n + 2)
-        ),
+        "save_chat_message, same role (skipped)": count(save, *key, message(n + 2)),
         "fetch_all_chats": count(wrapper.fetch_all_chats_sync, key[0], key[1]),
     }
     worst, k = 0, n + 3
     while Slot.objects.for_key(*key).values_list("version", flat=True).get() < 2 and k < n + 99:
-        worst = max(worst, count(wrapper.save_chat_message_sync, *key, systems.message(k)))
+        worst = max(worst, count(save, *key, message(k)))
         k += 1
     found["save_chat_message crossing the threshold (inline compression)"] = worst
     return found
@@ -145,7 +148,8 @@ def statements(run: str, n: int) -> dict[str, int]:
 # -- W4: many conversations in one event loop ----------------------------------------------
 class Connections(threading.Thread):
     """Samples, every 20 ms, the server connections of this process's application name
-    (``pg_stat_activity``) from a connection of its own; :attr:`peak` is the most seen."""
+    (``pg_stat_activity``) from a connection of its own to ``DATABASE_URL``; :attr:`peak`
+    is the most seen."""
 
     def __init__(self, application_name: str) -> None:
         super().__init__(daemon=True)
@@ -154,14 +158,7 @@ class Connections(threading.Thread):
     def run(self) -> None:
         import psycopg
 
-        s = connection.settings_dict
-        with psycopg.connect(
-            dbname=s["NAME"],
-            user=s["USER"] or None,
-            host=s["HOST"] or None,
-            port=s["PORT"] or None,
-            autocommit=True,
-        ) as conn:
+        with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
             while not self.stop.wait(0.02):
                 row = conn.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -171,16 +168,16 @@ class Connections(threading.Thread):
                 self.peak = max(self.peak, row[0] if row else 0)
 
 
-async def conversations(
-    mode: str, slow: bool, count_: int, turns: int, run: str, trigger: tuple[int, int]
-) -> dict[str, Any]:
-    """W4: ``count_`` conversations at once in this event loop, each ``turns`` turns as
-    agent-squad's orchestrator makes them: fetch_chat, save the user message, save the
-    answer. Messages stored per second, the turn's latency, fetch_chat's, and fetch_chat's
-    while a slow summary of another conversation runs in this process and none of its own
-    (each message names its conversation, and so does the last message a summary reads)."""
+async def conversations(run: str, count_: int, spec: dict[str, Any]) -> dict[str, Any]:
+    """W4 (PostgreSQL): ``count_`` conversations at once in this event loop, in the mode, with
+    the summarizer and trigger of ``spec``, each its ``turns`` turns as agent-squad's
+    orchestrator makes them: fetch_chat, save the user message, save the answer. Messages
+    stored per second, the turn's latency, fetch_chat's, and fetch_chat's while a slow
+    summary of another conversation runs in this process and none of its own (each message
+    names its conversation, and so does the last message a summary reads)."""
+    mode, slow, turns = spec["mode"], spec["slow"], spec["turns"]  # and trigger, pool
     summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
-    storage = SummarizingChatStorage(DjangoChatStorage(), summarizer, *trigger, mode=mode)
+    storage = SummarizingChatStorage(DjangoChatStorage(), summarizer, *spec["trigger"], mode=mode)
     turn_s: list[float] = []
     fetches: list[tuple[str, float, float]] = []
 
@@ -195,17 +192,14 @@ async def conversations(
                 await storage.save_chat_message(*slot, systems.message(k, said))
             turn_s.append(time.perf_counter() - t0)
 
-    sampler = None
-    if connection.vendor == "postgresql":
-        sampler = Connections(connection.settings_dict["OPTIONS"]["application_name"])
-        sampler.start()
+    sampler = Connections(connection.settings_dict["OPTIONS"]["application_name"])
+    sampler.start()
     systems.SUMMARIES.clear()
     started = time.perf_counter()
     await asyncio.gather(*(conversation(c) for c in range(count_)))
     wall = time.perf_counter() - started
-    if sampler is not None:
-        sampler.stop.set()
-        sampler.join()
+    sampler.stop.set()
+    sampler.join()
 
     def overlaps(tag: str, f0: float, f1: float, own: bool) -> bool:
         return any(
@@ -228,5 +222,19 @@ async def conversations(
         "fetch_during_summaries": stats(during),
         "fetches_beside_summaries": len(beside),  # overlapping another's, own or not
         "summaries": len(systems.SUMMARIES),
-        "connections": sampler.peak if sampler else None,
+        "connections": sampler.peak,
+    }
+
+
+async def step(spec: dict[str, Any]) -> dict[str, Any]:
+    """One step of the run (``spec`` from :meth:`bench.__main__.Run.step`): W4's run at each
+    count of conversations, or W1, W2 and W3 on this database."""
+    p, run, c = spec["params"], spec["run"], spec.get("concurrency")
+    if c:
+        return {str(k): await conversations(run, k, c) for k in p["counts"]}
+    slow = systems.contenders(Path(spec["work"]), slow=True)
+    return {
+        "systems": await growth(systems.contenders(Path(spec["work"])), run, p),
+        "W2": {sid: await slow_turns(system, run, p["slow_turns"]) for sid, system in slow.items()},
+        "W3": await sync_to_async(statements)(run, p["statements_n"]),
     }

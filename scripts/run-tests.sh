@@ -104,11 +104,11 @@ fi
 if want postgres; then
   if pg_up "$VENV"; then
     pytest_pass "PostgreSQL, Django 5.2: the tests that use a database" "$VENV" \
-      DATABASE_URL="$PG_URL" -- -m "not nodb and not services"
+      DATABASE_URL="$PG_URL" -- -m "not nodb and not services and not docs"
     # One at a time: the Celery workers these start miss their waits beside another process's
     # brokers and workers.
     pytest_pass "PostgreSQL, Django 5.2: brokers, workers and browsers" "$VENV" \
-      DATABASE_URL="$PG_URL" -- -m "not nodb and services" -n 0
+      DATABASE_URL="$PG_URL" -- -m "not nodb and services and not docs" -n 0
   else
     missing "PostgreSQL is not reachable at ${PG_URL%/*}: the PostgreSQL pass did not run (set TEST_POSTGRES_URL)"
   fi
@@ -149,10 +149,10 @@ if want django6; then
       # The core tier whole (its checks of Django's behaviour use no database either), and the
       # database tests of the other tiers; brokers, workers and browsers ran once, above.
       pytest_pass "SQLite, Django $($V6/bin/python -c 'import django;print(django.get_version())')" "$V6" \
-        -- -m "not services and not postgres and (core or not nodb)"
+        -- -m "not services and not postgres and not docs and (core or not nodb)"
       if pg_up "$V6"; then
         pytest_pass "PostgreSQL, Django 6.1: the tests that use a database" "$V6" \
-          DATABASE_URL="${PG_URL}_dj6" -- -m "not services and not nodb"
+          DATABASE_URL="${PG_URL}_dj6" -- -m "not services and not nodb and not docs"
       else
         missing "PostgreSQL is not reachable: the Django 6.1 PostgreSQL pass did not run"
       fi

@@ -121,7 +121,7 @@ NUMBERS: dict[str, Range] = {
     "MAX_ID_LENGTH": Range(1, 255, integer=True),
     "MAX_SUMMARY_CHARS": Range(100, integer=True),
     # Past 10,000 parts a message, a batch at the size limit costs the server seconds
-    # (``python -m bench.costly_bodies``).
+    # (``python -m bench.api_cost --bodies``).
     "MAX_CONTENT_BLOCKS": Range(1, 10_000, integer=True),
     "MAX_CITATIONS": Range(1, 10_000, integer=True),
     "SEARCH_TIMEOUT": Range(0, 3600, optional=True),

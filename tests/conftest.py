@@ -92,9 +92,10 @@ def tier(item: pytest.Item) -> str:
 
 def needs_a_database(item: pytest.Item) -> bool:
     """Whether ``item`` uses the configured database: the passes on other databases run
-    only these (the others run in one pass)."""
+    only these (the others run in one pass). A test marked ``own_database`` uses databases
+    it makes itself (a project's SQLite file, a cluster of its own)."""
     names = getattr(item, "fixturenames", [])
-    return bool(
+    return not item.get_closest_marker("own_database") and bool(
         item.get_closest_marker("django_db")
         or item.get_closest_marker("postgres")
         or {"db", "transactional_db"} & set(names)

@@ -108,7 +108,7 @@ def test_blocks_and_citations_per_message_are_bounded(users: Users) -> None:
 
 def test_a_batch_of_many_tiny_blocks_at_the_size_limit_is_400(users: Users) -> None:
     """The costly body: MAX_BATCH_SIZE messages of MAX_MESSAGE_BYTES in 8,100 tiny blocks
-    each (``python -m bench.costly_bodies`` measures what it costs)."""
+    each (``python -m bench.api_cost --bodies`` measures what it costs)."""
     message = {"role": "user", "content": [{"x": 0}] * 8_100}
     batch = json.dumps(body(message=None, messages=[message] * 100), separators=(",", ":"))
     response = raw(client_for(users.owner), batch.encode())

@@ -104,7 +104,12 @@ class Site:
                 proc.wait(10)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", marks=pytest.mark.own_database),
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+    ]
+)
 def site(request: Any, tmp_path: Path) -> Iterator[Site]:
     if request.param == "sqlite":
         made = Site(tmp_path, f"sqlite:///{tmp_path / 'db.sqlite3'}")
@@ -191,6 +196,7 @@ def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
         return conn.execute(sql).fetchall()
 
 
+@pytest.mark.own_database  # make demo's SQLite file
 def test_make_demo_compresses_in_a_worker_beside_the_server(tmp_path: Path) -> None:
     port = free_port()
     demo = make_demo(tmp_path, f"DEMO_ARGS=--addrport 127.0.0.1:{port}")
@@ -304,6 +310,7 @@ def save_after(tmp: Path, url: str) -> None:
     subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=120)
 
 
+@pytest.mark.own_database  # make demo's SQLite file, a PostgreSQL cluster of its own
 def test_make_demo_keeps_compressing_across_a_postgresql_restart(
     tmp_path: Path, cluster: Cluster
 ) -> None:
@@ -326,6 +333,7 @@ def test_make_demo_keeps_compressing_across_a_postgresql_restart(
         demo.wait(20)
 
 
+@pytest.mark.own_database  # make demo's SQLite file
 def test_make_demo_starts_its_worker_again_when_it_exits(tmp_path: Path) -> None:
     """A worker that exits (killed here; a database restart may make it exit) is started
     again a second later, and compresses what is saved afterwards."""
@@ -350,6 +358,7 @@ def test_make_demo_starts_its_worker_again_when_it_exits(tmp_path: Path) -> None
     assert not _running(second)
 
 
+@pytest.mark.own_database  # make demo's SQLite file
 def test_make_demo_runs_inline_one_setting_away(tmp_path: Path) -> None:
     demo = make_demo(tmp_path, "SQUAD_MEMORY_MODE=inline", "DEMO_ARGS=--no-serve")
     output, _ = demo.communicate(timeout=180)
