@@ -1,4 +1,8 @@
-"""The results page (README.md) and its plots, from one run's results."""
+"""The results page (README.md) and its plots, from one run's results.
+
+The page's prose is the template ``results.md`` beside this module; the figures and the
+tables built here fill its named placeholders (``str.format``).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ RIVALS = {
     "as-libsql": "agent-squad libsql",
     "langchain": "LangChain SQL",
 }
+TEMPLATE = Path(__file__).with_name("results.md")
 
 
 def f(value: Any) -> str:
@@ -33,11 +38,13 @@ def f(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def table(rows: list[dict[str, Any]]) -> list[str]:
-    """A Markdown table of ``rows`` (their keys are its head), then a blank line."""
+def table(rows: list[dict[str, Any]]) -> str:
+    """A Markdown table of ``rows`` (their keys are its head)."""
     head = list(rows[0]) if rows else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return [*lines, *("| " + " | ".join(f(c) for c in row.values()) + " |" for row in rows), ""]
+    return "\n".join(
+        [*lines, *("| " + " | ".join(f(c) for c in row.values()) + " |" for row in rows)]
+    )
 
 
 def turn(r: dict[str, Any], sid: str, n: int) -> float | None:
@@ -87,7 +94,8 @@ def goals(r: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def w1(r: dict[str, Any]) -> list[str]:
+def w1(r: dict[str, Any]) -> dict[str, str]:
+    """W1's tables: the turn at each N, its steps, its ratios to the floors and to others."""
     sizes, turns = r["params"]["sizes"], r["params"]["turns"]
 
     def cell(one: dict[str, Any]) -> str:
@@ -125,32 +133,15 @@ def w1(r: dict[str, Any]) -> list[str]:
         for sid, name in RIVALS.items()
         if sid in r["systems"]
     ]
-    return [
-        "## W1: one turn as the stored history grows",
-        "",
-        "A turn is: save the user message, save the answer, fetch_chat (ms, median; p90 "
-        "in brackets), through the async API as agent-squad's orchestrator calls it, on a "
-        "slot pre-filled with N messages.",
-        "",
-        *table(rows),
-        "Per step (median ms: save user / save answer / fetch):",
-        "",
-        *table(parts),
-        "![W1](w1_turn.png)",
-        "",
-        "### Ratios per turn",
-        "",
-        "squad_memory's turn over each floor of its database (medians of the same run):",
-        "",
-        *table(floors),
-        "Other stores' turn over squad_memory inline (SQLite)'s (>1: squad_memory is faster):",
-        "",
-        *table(rivals),
-    ]
+    return {
+        "w1": table(rows),
+        "w1_steps": table(parts),
+        "w1_floors": table(floors),
+        "w1_rivals": table(rivals),
+    }
 
 
-def w2_to_w3(r: dict[str, Any]) -> list[str]:
-    p = r["params"]
+def w2_to_w3(r: dict[str, Any]) -> dict[str, str]:
     rows = [
         {
             "system": got["label"],
@@ -160,26 +151,16 @@ def w2_to_w3(r: dict[str, Any]) -> list[str]:
         for got in r["W2"].values()
     ]
     ops = next(iter(r["W3"].values()), {})
-    return [
-        "## W2: the turn while the summarizer takes its time",
-        "",
-        f"{p['slow_turns']} turns from an empty slot, summarizer sleeping "
-        f"{p['slow_sleep']} s, trigger_at 20, keep_last 2 (ms).",
-        "",
-        *table(rows),
-        "![W2](w2_latency.png)",
-        "",
-        "## W3: SQL statements per operation",
-        "",
-        f"squad_memory inline, sync API, on a slot of {p['statements_n']:,} messages; "
-        "BEGIN, COMMIT and savepoints left out.",
-        "",
-        *table([{"operation": op, **{db: got[op] for db, got in r["W3"].items()}} for op in ops]),
-    ]
+    return {
+        "w2": table(rows),
+        "w3": table(
+            [{"operation": op, **{db: got[op] for db, got in r["W3"].items()}} for op in ops]
+        ),
+    }
 
 
-def w4(r: dict[str, Any]) -> list[str]:
-    p, rtt = r["params"], r.get("round_trip_ms", {})
+def w4(r: dict[str, Any]) -> str:
+    p = r["params"]
     rows = []
     for label, run in r.get("W4", {}).items():
         one = run["by_count"][str(p["counts"][0])]["messages_per_s"]
@@ -197,70 +178,32 @@ def w4(r: dict[str, Any]) -> list[str]:
                     "connections": got["connections"],
                 }
             )
-    return [
-        "## W4: many conversations in one event loop (PostgreSQL)",
-        "",
-        "Each conversation makes turns as agent-squad's orchestrator does (fetch_chat, save "
-        "the user message, save the answer) through the async API, all of them at once in "
-        f"one event loop: {p['conv_turns']} turns each (trigger_at 20, keep_last 2, "
-        f"summarizer sleeping 0 s), or with a sync summarizer sleeping {p['slow_sleep']} s "
-        f'{p["slow_conv_turns"]} turns each (trigger_at 4, keep_last 1). "2 ms away": '
-        f"through a TCP proxy the run starts on 127.0.0.1 that holds every reply "
-        f"{p['delay_s'] * 1000:g} ms (a `SELECT 1` round trip: {f(rtt.get('proxied'))} ms "
-        f"median through it, {f(rtt.get('local'))} ms without). Tasks mode: a `manage.py "
-        'db_worker` runs the compressions. Latencies in ms; "others\' fetch p99": fetch_chat '
-        "calls that overlap a summary of another conversation and none of their own (inline "
-        "mode); connections: the most server connections of the process seen in "
-        "`pg_stat_activity` (sampled every 20 ms).",
-        "",
-        *table(rows),
-        "![W4](w4_concurrency.png)",
-        "",
-    ]
+    return table(rows)
 
 
 def page(r: dict[str, Any]) -> str:
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    quick = " (quick smoke run: sizes too small to judge)" if r["quick"] else ""
+    p, rtt = r["params"], r.get("round_trip_ms", {})
     load = " / ".join(
         ", ".join(f"{v:.2f}" for v in lv) for lv in (r["load_average"], r["load_average_end"])
     )
-    lines = [
-        "# Benchmark results",
-        "",
-        f"Taken in one run on {when}{quick}, with "
-        f"`.venv/bin/{r['command']}` from the repository root, in {r['elapsed_s']:.0f} s "
-        f"on {platform.machine()} Linux, Python {platform.python_version()}, Django "
-        f"{django.get_version()}; load average at the start / end: {load}. Raw figures: "
-        "`results.json`.",
-        "",
-    ]
-    lines += ["## Goals", "", *table(goals(r))]
-    lines += w1(r) + w2_to_w3(r) + w4(r)
-    lines += [
-        "## Method",
-        "",
-        "- The same conversation and the same fake summarizer for every system "
-        "(`bench/systems.py`): deterministic, keeps the last pairs and folds the rest into one "
-        "message, after a sleep standing for the LLM call.",
-        "- **Django's floor**: the same rows as bare statements through Django's connection, "
-        "one `sync_to_async` hop per call: a save is one INSERT, a fetch one SELECT of the "
-        "newest 40 rows. **The contract floor** adds what agent-squad's contract and several "
-        "writer processes need, the plainest way: a save bumps the slot's counter (skipping a "
-        "message of the last one's role), inserts at that sequence number and returns the "
-        "conversation read in the same transaction (on PostgreSQL, one statement).",
-        "- W1 runs every system of a database in one process, in blocks of "
-        f"{r['params']['block']} turns taken in turn, so a ratio compares medians taken in "
-        f"the same minutes; a system's turns at one N stop after {r['params']['cap_s']:g} s "
-        "(a capped cell says how many ran). Histories are pre-filled in bulk and the buffer "
-        "activated by one fetch before timing.",
-        "- PostgreSQL at its default durability; SQLite in WAL with `synchronous=NORMAL`; "
-        "Django's PostgreSQL connection with server-side binding and prepared statements "
-        "(`DATABASE_PREPARED=1`). Celery mode: a real worker (concurrency 1) on Redis.",
-        "- The machine is shared and has 2 cores: read ratios, not absolute figures.",
-        "",
-    ]
-    return "\n".join(lines)
+    return TEMPLATE.read_text().format(
+        when=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        quick=" (quick smoke run: sizes too small to judge)" if r["quick"] else "",
+        command=r["command"],
+        elapsed_s=r["elapsed_s"],
+        machine=platform.machine(),
+        python=platform.python_version(),
+        django=django.get_version(),
+        load=load,
+        delay_ms=p["delay_s"] * 1000,
+        proxied=f(rtt.get("proxied")),
+        local=f(rtt.get("local")),
+        goals=table(goals(r)),
+        w4=w4(r),
+        **w1(r),
+        **w2_to_w3(r),
+        **p,
+    )
 
 
 def plots(r: dict[str, Any], out: Path) -> None:
