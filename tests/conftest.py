@@ -114,6 +114,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.fixturenames = ["_needs_postgres", *item.fixturenames]
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Where ``--dist loadgroup`` did not group a test by its ``xdist_group`` mark, the test
+    fails: tests that share a resource (a database they empty, a port) would run at once on
+    two workers."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+            item.fixturenames.insert(0, "_ungrouped")
+
+
+@pytest.fixture
+def _ungrouped() -> None:
+    pytest.fail(
+        "pytest-xdist did not group this test by its xdist_group mark: this pytest and "
+        "pytest-xdist do not work together (requirements-dev.txt pins them)."
+    )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _close_worker_thread_connections(django_db_setup: None) -> Iterator[None]:
     """At the end, close the Django connections of asgiref's worker thread and of the
