@@ -72,11 +72,7 @@ def postgres(session: nox.Session) -> None:
     """The tests that use a database, on PostgreSQL, Django 5.2."""
     install(session)
     env = {"DATABASE_URL": PG_URL}
-    session.run(*PYTEST, "-m", "not nodb and not services and not docs", *session.posargs, env=env)
-    # One at a time: the Celery workers these start miss their waits beside others.
-    session.run(
-        *PYTEST, "-m", "not nodb and services and not docs", "-n", "0", *session.posargs, env=env
-    )
+    session.run(*PYTEST, "-m", "not nodb and not docs", *session.posargs, env=env)
 
 
 @nox.session(name="postgres-prepared", python="3.11")

@@ -104,11 +104,7 @@ fi
 if want postgres; then
   if pg_up "$VENV"; then
     pytest_pass "PostgreSQL, Django 5.2: the tests that use a database" "$VENV" \
-      DATABASE_URL="$PG_URL" -- -m "not nodb and not services and not docs"
-    # One at a time: the Celery workers these start miss their waits beside another process's
-    # brokers and workers.
-    pytest_pass "PostgreSQL, Django 5.2: brokers, workers and browsers" "$VENV" \
-      DATABASE_URL="$PG_URL" -- -m "not nodb and services and not docs" -n 0
+      DATABASE_URL="$PG_URL" -- -m "not nodb and not docs"
   else
     missing "PostgreSQL is not reachable at ${PG_URL%/*}: the PostgreSQL pass did not run (set TEST_POSTGRES_URL)"
   fi
