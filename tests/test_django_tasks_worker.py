@@ -210,8 +210,8 @@ def test_make_demo_compresses_in_a_worker_beside_the_server(tmp_path: Path) -> N
         output = "".join(lines)
         assert "Mode: tasks" in output and "db_worker (pid" in output, output
         db = tmp_path / "db.sqlite3"
-        # Before serving, the demo waited for the worker's first compression and shows it.
-        assert "Waiting up to 30 s for the db_worker to compress travel-agent's buffer" in output
+        # Before serving, the demo shows the worker's first compression (waiting for it when
+        # the worker has not finished it yet: the wait itself is test_demo's).
         assert "A summary took over" in output and "No summary yet" not in output, output
         base = f"http://127.0.0.1:{port}"
         see = re.search(rf"See it: {base}/admin/squad_memory/slot/(\d+)/change/$", output, re.M)
