@@ -50,7 +50,7 @@ demo: install-demo
 	$(BIN)/python manage.py demo $(DEMO_ARGS)
 
 ## Every test pass CI runs, each thing once (scripts/run-tests.sh says which): lint, the docs
-## tier, SQLite, PostgreSQL (and with prepared statements), MariaDB, Django 6.1 on Python 3.12.
+## tier, SQLite, PostgreSQL, MariaDB, Django 6.1 on Python 3.12 (SQLite; PostgreSQL with prepared statements).
 test: install
 	VENV=$(VENV) bash scripts/run-tests.sh
 

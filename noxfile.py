@@ -17,7 +17,8 @@ MYSQL_URL = os.environ.get("TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/squad_
 DJANGO = {"5.2": "Django>=5.2,<5.3", "6.1": "Django>=6.1,<6.2"}
 PYTEST = ["pytest", "-q", "-p", "no:cacheprovider", "-n", os.environ.get("TEST_WORKERS", "2")]
 PYTEST += ["--dist", "loadgroup"]
-#: The storage paths that server-side binding and prepared statements change.
+#: The storage paths that server-side binding and prepared statements change, and what is
+#: PostgreSQL's own: its search, the replica routers, the database threads.
 PREPARED = [
     "tests/test_models.py",
     "tests/test_routing.py",
@@ -29,6 +30,10 @@ PREPARED = [
     "tests/test_compression.py",
     "tests/test_api_views.py",
     "tests/test_tokens.py",
+    "tests/test_search.py",
+    "tests/test_api_search.py",
+    "tests/test_replicas.py",
+    "tests/test_threads.py",
 ]
 MARIADB = [
     "tests/test_models.py",
@@ -75,14 +80,6 @@ def postgres(session: nox.Session) -> None:
     session.run(*PYTEST, "-m", "not nodb and not docs", *session.posargs, env=env)
 
 
-@nox.session(name="postgres-prepared", python="3.11")
-def postgres_prepared(session: nox.Session) -> None:
-    """The storage paths with server-side binding and prepared statements."""
-    install(session)
-    env = {"DATABASE_URL": f"{PG_URL}_prepared", "DATABASE_PREPARED": "1"}
-    session.run(*PYTEST, "-m", "not nodb", *PREPARED, *session.posargs, env=env)
-
-
 @nox.session(python="3.11")
 def mariadb(session: nox.Session) -> None:
     """The core storage on MariaDB/MySQL."""
@@ -112,7 +109,8 @@ def django6_sqlite(session: nox.Session) -> None:
 
 @nox.session(name="django6-postgres", python="3.12")
 def django6_postgres(session: nox.Session) -> None:
-    """Django 6.1 on PostgreSQL: the database tests without brokers, workers or browsers."""
+    """Django 6.1 on PostgreSQL with server-side binding and prepared statements: the storage
+    paths, search, replicas and the database threads."""
     install(session, "6.1")
-    env = {"DATABASE_URL": f"{PG_URL}_dj6"}
-    session.run(*PYTEST, "-m", "not services and not nodb and not docs", *session.posargs, env=env)
+    env = {"DATABASE_URL": f"{PG_URL}_dj6", "DATABASE_PREPARED": "1"}
+    session.run(*PYTEST, "-m", "not nodb", *PREPARED, *session.posargs, env=env)

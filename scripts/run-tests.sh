@@ -6,10 +6,13 @@
 #   sqlite             every other tier on SQLite, Django 5.2: core, integration, bench;
 #                      the one pass of the tests that use no database
 #   postgres           the tests that use a database, on PostgreSQL, Django 5.2
-#   postgres-prepared  the storage paths again with server-side binding and prepared statements
 #   mariadb            the core storage on MariaDB/MySQL
-#   django6            Django 6.1 on Python 3.12: the core tier and the database tests
-#                      without brokers, workers or browsers, on SQLite and on PostgreSQL
+#   django6            Django 6.1 on Python 3.12: on SQLite, the core tier and the database
+#                      tests without brokers, workers or browsers; on PostgreSQL with
+#                      server-side binding and prepared statements, the storage paths and
+#                      what is PostgreSQL's own (search, replicas, the database threads)
+# Each pair of Django version, database and statement mode meets in some pass; the
+# passes do not run every test under every combination.
 # With no argument, all of them; name passes to run only those. Each pytest pass runs on
 # TEST_WORKERS processes (pytest-xdist, default 2; each has its own test database).
 # Where a service or Python 3.12 is missing, that pass is skipped with a reason, except
@@ -73,10 +76,12 @@ find_python312() {  # the first candidate that really runs Python 3.12 (pyenv sh
 
 want() { [[ "$PASSES" == " all " || "$PASSES" == *" $1 "* ]]; }
 
-#: The storage paths that server-side binding and prepared statements change.
+#: The storage paths that server-side binding and prepared statements change, and what is
+#: PostgreSQL's own: its search, the replica routers, the database threads.
 PREPARED_MODULES=(tests/test_models.py tests/test_routing.py tests/test_storage.py
   tests/test_summarizing.py tests/test_stateful.py tests/test_concurrency.py tests/test_pgbouncer.py
-  tests/test_compression.py tests/test_api_views.py tests/test_tokens.py)
+  tests/test_compression.py tests/test_api_views.py tests/test_tokens.py tests/test_search.py
+  tests/test_api_search.py tests/test_replicas.py tests/test_threads.py)
 MARIADB_MODULES=(tests/test_models.py tests/test_storage.py tests/test_summarizing.py
   tests/test_foreign_stores.py)
 
@@ -110,15 +115,6 @@ if want postgres; then
   fi
 fi
 
-if want postgres-prepared; then  # Django's server_side_binding + psycopg's prepared statements
-  if pg_up "$VENV"; then
-    pytest_pass "PostgreSQL with server-side binding and prepared statements, the storage paths" "$VENV" \
-      DATABASE_URL="${PG_URL}_prepared" DATABASE_PREPARED=1 -- -m "not nodb" "${PREPARED_MODULES[@]}"
-  else
-    missing "PostgreSQL is not reachable at ${PG_URL%/*}: the prepared-statements pass did not run"
-  fi
-fi
-
 if want mariadb; then
   if mysql_up; then
     pytest_pass "MariaDB/MySQL, the core storage" "$VENV" DATABASE_URL="$MYSQL_URL" \
@@ -146,9 +142,9 @@ if want django6; then
       # database tests of the other tiers; brokers, workers and browsers ran once, above.
       pytest_pass "SQLite, Django $($V6/bin/python -c 'import django;print(django.get_version())')" "$V6" \
         -- -m "not services and not postgres and not docs and (core or not nodb)"
-      if pg_up "$V6"; then
-        pytest_pass "PostgreSQL, Django 6.1: the tests that use a database" "$V6" \
-          DATABASE_URL="${PG_URL}_dj6" -- -m "not services and not nodb and not docs"
+      if pg_up "$V6"; then  # Django's server_side_binding + psycopg's prepared statements
+        pytest_pass "PostgreSQL, Django 6.1, prepared statements: the storage paths, search, replicas, threads" \
+          "$V6" DATABASE_URL="${PG_URL}_dj6" DATABASE_PREPARED=1 -- -m "not nodb" "${PREPARED_MODULES[@]}"
       else
         missing "PostgreSQL is not reachable: the Django 6.1 PostgreSQL pass did not run"
       fi
