@@ -87,7 +87,7 @@ lint: install
 ## files and PostgreSQL database (dropped with psql where it is installed and answers).
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/sm_bench
 clean:
-	rm -rf $(VENV) .venv-django6 .venv-django6.log var test-artifacts build *.egg-info bench/.work \
+	rm -rf $(VENV) .venv-django6 var test-artifacts build *.egg-info bench/.work \
 	  .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	@if command -v psql >/dev/null 2>&1; then \
 	  PGCONNECT_TIMEOUT=3 psql -q "$(dir $(BENCH_DATABASE_URL))postgres" \

@@ -85,20 +85,6 @@ PREPARED_MODULES=(tests/test_models.py tests/test_routing.py tests/test_storage.
 MARIADB_MODULES=(tests/test_models.py tests/test_storage.py tests/test_summarizing.py
   tests/test_foreign_stores.py)
 
-# Django 6.1's environment is installed in the background, while the first passes run.
-V6=.venv-django6 V6_INSTALL="" PY312=""
-if want django6; then
-  PY312=$(find_python312)
-  if [[ -n "$PY312" ]] && [[ ! -f $V6/.installed || requirements.txt -nt $V6/.installed \
-        || requirements-dev.txt -nt $V6/.installed || requirements-docs.txt -nt $V6/.installed \
-        || pyproject.toml -nt $V6/.installed ]]; then
-    { "$PY312" -m venv $V6 && $V6/bin/pip install -q --upgrade pip \
-        && $V6/bin/pip install -q -r requirements-dev.txt "Django>=6.1,<6.2" \
-        && touch $V6/.installed; } > "$V6.log" 2>&1 &
-    V6_INSTALL=$!
-  fi
-fi
-
 if want lint; then
   started=$SECONDS
   echo "=== ruff (lint and format), mypy (strict) and the import layers ==="
@@ -139,11 +125,17 @@ if want mariadb; then
 fi
 
 if want django6; then
+  PY312=$(find_python312)
   if [[ -z "$PY312" ]]; then
     missing "Python 3.12 was not found (set PYTHON312): the Django 6.1 pass did not run"
   else
-    if [[ -n "$V6_INSTALL" ]]; then
-      wait "$V6_INSTALL" || { cat "$V6.log" >&2; echo "FAILED: could not install the Django 6.1 environment" >&2; failed=1; }
+    V6=.venv-django6
+    if [[ ! -f $V6/.installed || requirements.txt -nt $V6/.installed \
+          || requirements-dev.txt -nt $V6/.installed || requirements-docs.txt -nt $V6/.installed \
+          || pyproject.toml -nt $V6/.installed ]]; then
+      "$PY312" -m venv $V6 && $V6/bin/pip install -q --upgrade pip \
+        && $V6/bin/pip install -q -r requirements-dev.txt "Django>=6.1,<6.2" && touch $V6/.installed \
+        || { echo "FAILED: could not install the Django 6.1 environment" >&2; failed=1; }
     fi
     if [[ -f $V6/.installed ]]; then
       # The core tier whole (its checks of Django's behaviour use no database either), and the
