@@ -66,8 +66,10 @@ class MessageAdmin(ReadOnlyAdmin):
         return truncatechars(" ".join(texts), 200)
 
     @admin.display(description=_("time"), ordering="timestamp")
-    def time(self, message: Message) -> str | None:
-        return transcript.shown_time(transcript.message_time(message.timestamp))
+    def time(self, message: Message) -> str:
+        """As the admin shows its own date fields (``DATETIME_FORMAT``, the current zone)."""
+        when = transcript.message_time(message.timestamp)
+        return display_for_value(when, self.get_empty_value_display())
 
     @admin.display(description=_("trimmed"))
     def trimmed(self, message: Message) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.admin.utils import display_for_value, flatten_fieldsets
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -177,8 +177,8 @@ class SlotAdmin(SlotActionsAdmin):
         return str(STATE_LABELS[slot.state])
 
     @admin.display(description=_("last activity"), ordering="updated_at")
-    def last_activity(self, slot: Slot) -> str | None:
-        return transcript.shown_time(slot.updated_at)
+    def last_activity(self, slot: Slot) -> str:
+        return display_for_value(slot.updated_at, self.get_empty_value_display())
 
     # -- writes: slots are created by the storage; deleting one is forgetting it ---------
     def has_add_permission(self, request: HttpRequest) -> bool:

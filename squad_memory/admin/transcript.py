@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.http import HttpRequest
-from django.utils import formats, timezone
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
@@ -118,14 +117,6 @@ def to_blocks(content: Any) -> list[Block]:
 
 def message_time(timestamp_ms: int | None) -> datetime | None:
     return None if timestamp_ms is None else datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC)
-
-
-def shown_time(value: datetime | None) -> str | None:
-    """A date and time as the admin shows its fields' (``DATETIME_FORMAT``, in the current
-    time zone): one format on every page, for a column or field that is not a model's."""
-    if value is None:
-        return None
-    return formats.localize(timezone.localtime(value) if timezone.is_aware(value) else value)
 
 
 def summarized_before(slot: Slot) -> int:
