@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.management.commands.runserver import naiveip_re
 from django.db import connection
+from django.urls import reverse
 
 from project.demo import play
 from squad_memory.conf import app_settings
@@ -180,7 +181,7 @@ class Command(BaseCommand):
         if first is None:
             if watch is None:
                 return
-            page = f"{base}/admin/squad_memory/slot/{watch.pk}/change/"
+            page = base + reverse("admin:squad_memory_slot_change", args=[watch.pk])
             queued = (
                 f"{worker} has not finished compressing it yet"
                 if watch.pending_since is not None
@@ -197,7 +198,7 @@ class Command(BaseCommand):
         agent = summarized[1].agent if summarized else None
         slot = Slot.objects.filter(user_id=user, session_id=session, agent_id=agent).first()
         slot = slot or Slot.objects.get(pk=first.slot_id)
-        page = f"{base}/admin/squad_memory/slot/{slot.pk}/change/"
+        page = base + reverse("admin:squad_memory_slot_change", args=[slot.pk])
         instead = f"its summary and the newest messages, not all {slot.message_count} messages"
         if summarized is not None:
             number, turn = summarized
@@ -238,7 +239,7 @@ class Command(BaseCommand):
         self.stdout.write(
             "\nWhere to look:\n"
             f"  Admin:     {base}/admin/  (user {username!r})\n"
-            f"  Slots:     {base}/admin/squad_memory/slot/\n"
+            f"  Slots:     {base}{reverse('admin:squad_memory_slot_changelist')}\n"
             f"  API:       {base}/api/sessions/  (log in at {base}/api-auth/login/, or use the "
             "token below)\n"
             f"  API docs:  {base}/api/docs/\n"
