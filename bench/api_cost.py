@@ -206,10 +206,9 @@ def fill(make: Callable[[int], dict[str, Any]], size: int) -> dict[str, Any]:
 
 def messages() -> dict[str, Callable[[int], dict[str, Any]]]:
     """How each body fills a message: ``n`` is a length or a count."""
-    from squad_memory.conf import DEFAULTS
+    from squad_memory.conf import app_settings
 
-    blocks = DEFAULTS.get("MAX_CONTENT_BLOCKS", 100)
-    citations = DEFAULTS.get("MAX_CITATIONS", 100)
+    blocks, citations = app_settings.max_content_blocks, app_settings.max_citations
 
     def user(content: list[Any], **citations: Any) -> dict[str, Any]:
         return {"role": "user", "content": content, **citations}
