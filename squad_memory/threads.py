@@ -49,8 +49,7 @@ async def database(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
     (see the module's text)."""
     if in_caller_thread():
         return await sync_to_async(func, thread_sensitive=True)(*args, **kwargs)
-    call = functools.partial(served, func, *args, **kwargs)
-    return await sync_to_async(call, thread_sensitive=False, executor=database_threads())()
+    return await _served_on(app_settings.database_threads, os.getpid())(func, *args, **kwargs)
 
 
 async def summarizer_thread(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -176,6 +175,12 @@ def _threads(name: str, size: int, pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=size, thread_name_prefix=name)
 
 
+@functools.cache
+def _served_on(size: int, pid: int) -> SyncToAsync[..., Any]:
+    """:func:`served` on the database threads, wrapped once (not on every call)."""
+    return SyncToAsync(served, thread_sensitive=False, executor=database_threads())
+
+
 def close_database_threads(timeout: float = 10.0) -> None:
     """Close the connections of every database thread and stop the threads (the next call
     starts new ones): at a process's shutdown, or after a test that changed the databases."""
@@ -193,3 +198,4 @@ def close_database_threads(timeout: float = 10.0) -> None:
         future.exception(timeout)
     pool.shutdown(wait=True)
     _threads.cache_clear()
+    _served_on.cache_clear()
