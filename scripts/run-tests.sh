@@ -76,15 +76,6 @@ find_python312() {  # the first candidate that really runs Python 3.12 (pyenv sh
 
 want() { [[ "$PASSES" == " all " || "$PASSES" == *" $1 "* ]]; }
 
-#: The storage paths that server-side binding and prepared statements change, and what is
-#: PostgreSQL's own: its search, the replica routers, the database threads.
-PREPARED_MODULES=(tests/test_models.py tests/test_routing.py tests/test_storage.py
-  tests/test_summarizing.py tests/test_stateful.py tests/test_concurrency.py tests/test_pgbouncer.py
-  tests/test_compression.py tests/test_api_views.py tests/test_tokens.py tests/test_search.py
-  tests/test_api_search.py tests/test_replicas.py tests/test_threads.py)
-MARIADB_MODULES=(tests/test_models.py tests/test_storage.py tests/test_summarizing.py
-  tests/test_foreign_stores.py)
-
 if want lint; then
   started=$SECONDS
   echo "=== ruff (lint and format), mypy (strict) and the import layers ==="
@@ -118,7 +109,7 @@ fi
 if want mariadb; then
   if mysql_up; then
     pytest_pass "MariaDB/MySQL, the core storage" "$VENV" DATABASE_URL="$MYSQL_URL" \
-      -- -m "not nodb and not postgres" "${MARIADB_MODULES[@]}"
+      -- -m "mariadb and not nodb and not postgres"
   else
     missing "MariaDB/MySQL is not reachable at $MYSQL_URL: the MariaDB pass did not run (set TEST_MYSQL_URL)"
   fi
@@ -144,7 +135,7 @@ if want django6; then
         -- -m "not services and not postgres and not docs and (core or not nodb)"
       if pg_up "$V6"; then  # Django's server_side_binding + psycopg's prepared statements
         pytest_pass "PostgreSQL, Django 6.1, prepared statements: the storage paths, search, replicas, threads" \
-          "$V6" DATABASE_URL="${PG_URL}_dj6" DATABASE_PREPARED=1 -- -m "not nodb" "${PREPARED_MODULES[@]}"
+          "$V6" DATABASE_URL="${PG_URL}_dj6" DATABASE_PREPARED=1 -- -m "prepared and not nodb"
       else
         missing "PostgreSQL is not reachable: the Django 6.1 PostgreSQL pass did not run"
       fi

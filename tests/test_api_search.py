@@ -20,7 +20,7 @@ extra("rest_framework", "api")  # every test here talks to the REST API
 
 
 pytest_plugins = ["tests.api_fixtures"]
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.prepared]
 
 
 def say(user: Any, session: str, agent: str, *texts: str) -> None:

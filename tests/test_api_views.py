@@ -24,6 +24,8 @@ from tests.api_support import (
 )
 from tests.conftest import extra, msg, texts
 
+pytestmark = pytest.mark.prepared
+
 extra("rest_framework", "api")  # every test here talks to the REST API
 
 pytest_plugins = ["tests.api_fixtures"]

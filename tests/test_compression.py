@@ -26,7 +26,7 @@ from tests.conftest import extra, msg
 
 pytest_plugins = ["tests.api_fixtures"]
 # Transactional: the compressions these tests ask for run on commit (transaction.on_commit).
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.prepared]
 
 FOLD = "tests.celery_summarizers.fold"
 #: Messages of two sentences: the offline summarizer keeps the first, so it compresses.

@@ -17,7 +17,7 @@ from squad_memory.models import Compression, Message, Slot
 from tests.conftest import buffer_of
 
 # Transactional: the writers are other processes, which see committed rows only.
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.prepared]
 
 ROOT = Path(__file__).resolve().parent.parent
 

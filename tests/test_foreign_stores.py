@@ -21,7 +21,7 @@ from tests.conftest import msg, texts
 
 # Transactional: an inline compression runs on commit (transaction.on_commit), as in a
 # project's autocommit code; a rolled-back test would never run it.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.mariadb]
 
 
 @asynccontextmanager

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from squad_memory.models import Message, Slot, append
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.prepared, pytest.mark.mariadb]
 
 ROLES = ("user", "assistant")
 

@@ -25,7 +25,12 @@ from tests.conftest import require, texts
 from tests.pgbouncer_server import PgBouncer, binary
 
 # Transactional: the clients are other processes, through PgBouncer, which see committed rows.
-pytestmark = [pytest.mark.postgres, pytest.mark.services, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.services,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.prepared,
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 

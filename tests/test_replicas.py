@@ -23,6 +23,7 @@ from tests.conftest import msg, texts
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.django_db(transaction=True, databases=["default", "replica"]),
+    pytest.mark.prepared,
 ]
 
 THREADS, SAVES = 8, 15

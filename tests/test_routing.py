@@ -23,6 +23,8 @@ from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from squad_memory.threads import close_database_threads
 from tests.conftest import extra, msg, texts
 
+pytestmark = pytest.mark.prepared
+
 TABLES = ("squad_memory_slot", "squad_memory_message", "squad_memory_compression")
 
 

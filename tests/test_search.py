@@ -13,7 +13,7 @@ from squad_memory.models import Message, Slot
 from squad_memory.search import excerpt, matching, terms
 from tests.conftest import msg
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.prepared]
 
 TOOL_USE = {"toolUse": {"toolUseId": "t1", "name": "weather", "input": {"city": "Zürich", "n": 3}}}
 TOOL_RESULT = {

@@ -18,6 +18,8 @@ from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from tests import summarizers
 from tests.conftest import buffer_of
 
+pytestmark = pytest.mark.prepared
+
 TRIGGER_AT, KEEP_LAST = 3, 1
 roles = st.sampled_from(["user", "assistant"])
 sizes = st.one_of(st.none(), st.integers(min_value=0, max_value=12))

@@ -22,7 +22,7 @@ from tests import summarizers
 from tests.conftest import msg, texts
 
 # Database threads serve other connections than the test's: every test commits for real.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.prepared]
 
 SLOW = ("u", "s", "slow")
 

@@ -24,7 +24,7 @@ from tests.conftest import extra, msg, texts
 
 # Transactional: an inline compression runs on commit (transaction.on_commit), as in a
 # project's autocommit code; a rolled-back test would never run it.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.prepared]
 pytest_plugins = ["tests.celery_fixtures"]
 
 KEY = ("u", "s", "a")
