@@ -137,14 +137,17 @@ _ESCAPED = "".join(c if c == "-" else f"\\u{ord(c):04x}" for c in _PATTERN_CHARS
 ID_PATTERN = f"^[^{_ESCAPED}]+$"
 
 
-def id_problem(value: Any, max_length: int | None = None) -> str | None:
+def id_problem(
+    value: Any, max_length: int | None = None, allow_invisible: bool | None = None
+) -> str | None:
     """Why ``value`` is not a valid ``user_id``, ``session_id`` or ``agent_id``, or None: an
     id is a non-empty string of at most ``MAX_ID_LENGTH`` characters with no control
     character, no lone surrogate and, unless ``ALLOW_INVISIBLE_IDS``, nothing that makes it
     display as another id: no invisible, bidirectional-control, blank or non-ASCII space
     character (they make ``ticket-\\u202e4321-gnp.exe`` display as ``ticket-exe.png-1234``),
     no space at either end, and no decomposed character (it must be in Unicode NFC). Such
-    ids are refused, never normalized: a stored id is never rewritten."""
+    ids are refused, never normalized: a stored id is never rewritten. ``max_length`` and
+    ``allow_invisible``: the settings as already read (None: read them)."""
     limit = app_settings.max_id_length if max_length is None else max_length
     if not isinstance(value, str) or not value:
         return f"must be a non-empty string, got {value!r}"
@@ -152,7 +155,7 @@ def id_problem(value: Any, max_length: int | None = None) -> str | None:
         return f"is {len(value)} characters long; the limit is {limit}"
     if CONTROL_CHARS.search(value):
         return "must not contain control characters (NUL, tab, newline...) or lone surrogates"
-    if app_settings.allow_invisible_ids:
+    if app_settings.allow_invisible_ids if allow_invisible is None else allow_invisible:
         return None
     allow = f"; set {SETTING_NAME}['ALLOW_INVISIBLE_IDS'] = True to allow such ids"
     if found := INVISIBLE_CHARS.search(value):
@@ -172,8 +175,9 @@ def id_problem(value: Any, max_length: int | None = None) -> str | None:
 
 def validate_key(user_id: Any, session_id: Any, agent_id: Any) -> tuple[str, str, str]:
     """The slot key, or :class:`InvalidSlotKey` naming the id that breaks the id rule."""
+    limit, allow = app_settings.max_id_length, app_settings.allow_invisible_ids  # read once
     for name, value in (("user_id", user_id), ("session_id", session_id), ("agent_id", agent_id)):
-        if (problem := id_problem(value)) is not None:
+        if (problem := id_problem(value, limit, allow)) is not None:
             raise InvalidSlotKey(f"{name} {problem}.")
     return (user_id, session_id, agent_id)
 

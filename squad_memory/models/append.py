@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from django.core.signals import setting_changed
@@ -360,10 +361,8 @@ def _load(alias: str, row: Sequence[Any]) -> tuple[Slot, Rows]:
     tail = row[len(names)]
     if isinstance(tail, str | bytes):
         tail = json.loads(tail)
-    rows = sorted(
-        (dict(zip(_ROW_COLUMNS, found, strict=True)) for found in tail or []),
-        key=lambda found: found["seq"],
-    )
+    ordered = sorted(tail or [], key=itemgetter(0))  # by seq, the first of _ROW_COLUMNS
+    rows = [dict(zip(_ROW_COLUMNS, found, strict=True)) for found in ordered]
     return _slot_model().from_db(alias, names, values), rows
 
 
