@@ -49,7 +49,9 @@ async def database(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
     (see the module's text)."""
     if in_caller_thread():
         return await sync_to_async(func, thread_sensitive=True)(*args, **kwargs)
-    return await _served_on(app_settings.database_threads, os.getpid())(func, *args, **kwargs)
+    served_on = _served_on(app_settings.database_threads, os.getpid())
+    result: R = await served_on(func, *args, **kwargs)
+    return result
 
 
 async def summarizer_thread(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
