@@ -191,3 +191,30 @@ def test_the_save_statements_store_every_column_of_the_message_model() -> None:
     else:
         sql = append._insert_sql(2)
     assert all(f'"{column}"' in sql for column in columns), sql
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("view", ["buffer", "visible"])
+def test_reading_the_newest_rows_of_a_long_history_reads_only_those(view: str) -> None:
+    """The read and the save take a slot's newest rows through the (slot, seq) index: at
+    5,000 messages, a read of the newest 40 touches about 40 rows, not the whole history
+    (an index on slot_id alone once let the planner read them all and sort them)."""
+    for i in range(30):  # many short slots, as a site has: a few rows per slot_id, on average
+        Slot.objects.append(("u", f"short-{i}", "a"), batch("user", 20))
+    key = ("u", "long", "a")
+    for _ in range(50):
+        Slot.objects.append(key, batch("user", 100))
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Message._meta.db_table}")
+    sql = append._read_sql(connection.alias, connection.vendor, view)
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", [40, "", *key])
+        (plan,) = cursor.fetchone()[0]
+
+    def touched(node: dict[str, Any]) -> int:
+        here = 0
+        if node.get("Relation Name") == Message._meta.db_table:
+            here = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+        return here + sum(touched(child) for child in node.get("Plans", []))
+
+    assert touched(plan["Plan"]) <= 41

@@ -22,11 +22,16 @@ class MessageQuerySet(models.QuerySet["Message"]):
 class Message(models.Model):
     """One accepted raw message. Never edited; trimmed messages stay, marked by the slot."""
 
+    # No index of its own: the unique (slot, seq) index leads with slot_id and serves every
+    # lookup by slot. A second index on slot_id alone costs every insert, and let
+    # PostgreSQL's planner read a slot's whole history and sort it to find the buffer's
+    # newest rows (3 ms at 10,000 messages, against 0.03 ms through (slot, seq)).
     slot = models.ForeignKey(
         "squad_memory.Slot",
         on_delete=models.CASCADE,
         related_name="messages",
         verbose_name=_("slot"),
+        db_index=False,
     )
     seq = models.BigIntegerField(_("sequence number"))
     role = models.CharField(_("role"), max_length=16)
