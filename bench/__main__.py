@@ -91,7 +91,6 @@ class Run:
             DATABASE_URL=url,
             SQUAD_MEMORY_VAR_DIR=str(self.work),
             CELERY_BROKER_URL=REDIS_URL,
-            DATABASE_PREPARED="1",
             BENCH_SLOW_SLEEP=str(self.p["slow_sleep"]),
             PYTHONWARNINGS="ignore",
         )
