@@ -49,8 +49,7 @@ async def database(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
     (see the module's text)."""
     if in_caller_thread():
         return await sync_to_async(func, thread_sensitive=True)(*args, **kwargs)
-    served_on = _served_on(app_settings.database_threads, os.getpid())
-    result: R = await served_on(func, *args, **kwargs)
+    result: R = await _served_on(database_threads())(func, *args, **kwargs)
     return result
 
 
@@ -178,9 +177,9 @@ def _threads(name: str, size: int, pid: int) -> ThreadPoolExecutor:
 
 
 @functools.cache
-def _served_on(size: int, pid: int) -> SyncToAsync[..., Any]:
-    """:func:`served` on the database threads, wrapped once (not on every call)."""
-    return SyncToAsync(served, thread_sensitive=False, executor=database_threads())
+def _served_on(pool: ThreadPoolExecutor) -> SyncToAsync[..., Any]:
+    """:func:`served` on ``pool``, wrapped once (not on every call)."""
+    return SyncToAsync(served, thread_sensitive=False, executor=pool)
 
 
 def close_database_threads(timeout: float = 10.0) -> None:
