@@ -10,7 +10,8 @@ there. ``docs/explanation/data-path.md`` tells the whole model.
   script), on one of ``DATABASE_THREADS`` threads the process shares, so that conversations
   never queue behind one thread and a process holds at most that many connections per
   database, whatever the number of event loops. Each call is served as Django serves a
-  request: :func:`django.db.close_old_connections` before and after it (``CONN_MAX_AGE``,
+  request: its connections closed when unusable or old (as
+  :func:`django.db.close_old_connections` does) before and after it (``CONN_MAX_AGE``,
   ``CONN_HEALTH_CHECKS``, a connection with errors), and a call whose connection proves dead
   before any of its statements ran (:func:`never_ran`) is run again, once, on a new one.
 - A synchronous summarizer runs on ``SUMMARIZER_THREADS`` threads of its own; an async one
@@ -20,16 +21,20 @@ there. ``docs/explanation/data-path.md`` tells the whole model.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import os
+import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import AsyncToSync, SyncToAsync, sync_to_async
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, connections
+from django.db.backends.signals import connection_created
+from django.dispatch import receiver
 
 from squad_memory.conf import app_settings
 
@@ -72,8 +77,7 @@ def in_caller_thread() -> bool:
 def served(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
     """Run ``func`` on a database thread as Django serves a request, retrying it once when
     its connection proves dead before any of its statements ran."""
-    close_old_connections()
-    _watched()
+    _close_old_connections()
     call = _served.call = Call()
     try:
         try:
@@ -92,7 +96,7 @@ def served(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         return func(*args, **kwargs)
     finally:
         _served.call = None
-        close_old_connections()
+        _close_old_connections()
 
 
 def unrepeatable() -> None:
@@ -113,13 +117,24 @@ class Call:
 _served = threading.local()
 
 
-def _watched() -> None:
-    """Put :func:`_watch` among the execute wrappers of this thread's connections (it stays
-    across reconnections)."""
-    for alias in connections:
-        wrappers = connections[alias].execute_wrappers
-        if _watch not in wrappers:
-            wrappers.insert(0, _watch)
+def _close_old_connections() -> None:
+    """:func:`django.db.close_old_connections` on this thread's connections, known from
+    :func:`_serving` (Django's walks every alias through its handler: twice the cost)."""
+    for connection in getattr(_served, "connections", ()):
+        connection.close_if_unusable_or_obsolete()
+
+
+@receiver(connection_created, dispatch_uid="squad_memory.threads")
+def _serving(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """A connection opened in a call on a database thread: :func:`_watch` among its execute
+    wrappers (they stay across reconnections), and closed when old by :func:`served`."""
+    if getattr(_served, "call", None) is None:
+        return
+    if _watch not in connection.execute_wrappers:
+        connection.execute_wrappers.insert(0, _watch)
+    known = _served.__dict__.setdefault("connections", [])
+    if not any(c is connection for c in known):
+        known.append(connection)
 
 
 def _watch(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -159,44 +174,116 @@ def _unconnected(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> 
         connections.close_all()
 
 
-def database_threads() -> ThreadPoolExecutor:
+def database_threads() -> DatabaseThreads:
     """The process's database threads (``DATABASE_THREADS`` of them)."""
-    return _threads("squad-memory-db", app_settings.database_threads, os.getpid())
+    return _database_threads(app_settings.database_threads, os.getpid())
 
 
 def summarizer_threads() -> ThreadPoolExecutor:
     """The process's summarizer threads (``SUMMARIZER_THREADS`` of them)."""
-    return _threads("squad-memory-summarizer", app_settings.summarizer_threads, os.getpid())
+    return _summarizer_threads(app_settings.summarizer_threads, os.getpid())
+
+
+# One pool per size and process: a forked child (a Celery or a gunicorn worker) starts pools
+# of its own, and a changed setting takes effect on the next call.
+@functools.cache
+def _database_threads(size: int, pid: int) -> DatabaseThreads:
+    return DatabaseThreads(size, "squad-memory-db", finalizer=connections.close_all)
 
 
 @functools.cache
-def _threads(name: str, size: int, pid: int) -> ThreadPoolExecutor:
-    """One pool per name, size and process: a forked child (a Celery or a gunicorn worker)
-    starts pools of its own, and a changed setting takes effect on the next call."""
-    return ThreadPoolExecutor(max_workers=size, thread_name_prefix=name)
+def _summarizer_threads(size: int, pid: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=size, thread_name_prefix="squad-memory-summarizer")
 
 
 @functools.cache
-def _served_on(pool: ThreadPoolExecutor) -> SyncToAsync[..., Any]:
+def _served_on(pool: DatabaseThreads) -> SyncToAsync[..., Any]:
     """:func:`served` on ``pool``, wrapped once (not on every call)."""
-    return SyncToAsync(served, thread_sensitive=False, executor=pool)
+    # asgiref types ``executor`` as a ThreadPoolExecutor; it only passes it to run_in_executor
+    return SyncToAsync(served, thread_sensitive=False, executor=pool)  # type: ignore[arg-type]
+
+
+class DatabaseThreads(Executor):
+    """Up to ``size`` threads, each with its own connections. A call goes to the thread that
+    became idle last, and a thread starts only when all are busy: a lone conversation is
+    served by one thread on one warm connection, as a shared thread would serve it, and
+    threads (so connections) grow with the calls in flight, not with the calls made.
+    (A ``ThreadPoolExecutor`` wakes any idle thread, and often starts a new one for the next
+    call before the last is counted idle.) ``finalizer`` runs on each thread as it stops."""
+
+    def __init__(self, size: int, name: str, finalizer: Callable[[], None]) -> None:
+        self.size, self.name, self.finalizer = size, name, finalizer
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Any]] = []  # the threads' inboxes, last idle on top
+        self._threads: list[threading.Thread] = []
+        self._waiting: collections.deque[Any] = collections.deque()  # calls while all are busy
+        self._stopped = False
+
+    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
+        future: Future[R] = Future()
+        job = (future, fn, args, kwargs)
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("the database threads were shut down")
+            if self._idle:
+                self._idle.pop().put(job)
+            elif len(self._threads) < self.size:
+                inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+                inbox.put(job)
+                name = f"{self.name}_{len(self._threads)}"
+                thread = threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True)
+                self._threads.append(thread)
+                thread.start()
+            else:
+                self._waiting.append(job)
+        return future
+
+    def _serve(self, inbox: queue.SimpleQueue[Any]) -> None:
+        try:
+            while (job := inbox.get()) is not None:
+                future, fn, args, kwargs = job
+                if not future.set_running_or_notify_cancel():
+                    job = None
+                else:
+                    try:
+                        result, error = fn(*args, **kwargs), None
+                    except BaseException as exc:  # the caller's to handle, as an executor does
+                        result, error = None, exc
+                with self._lock:  # idle (or on to a waiting call) before the caller wakes
+                    if self._waiting:
+                        inbox.put(self._waiting.popleft())
+                    elif not self._stopped:
+                        self._idle.append(inbox)
+                    else:
+                        inbox.put(None)
+                if job is None:
+                    continue
+                if error is None:
+                    future.set_result(result)
+                else:
+                    future.set_exception(error)
+                    del error
+        finally:
+            self.finalizer()
+
+    def shutdown(
+        self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None
+    ) -> None:
+        """Stop the threads once the calls submitted are done (each runs ``finalizer``);
+        ``wait``: for at most ``timeout`` seconds a thread."""
+        with self._lock:
+            self._stopped = True
+            for inbox in self._idle:
+                inbox.put(None)
+            self._idle.clear()
+        for thread in self._threads if wait else ():
+            thread.join(timeout)
 
 
 def close_database_threads(timeout: float = 10.0) -> None:
     """Close the connections of every database thread and stop the threads (the next call
     starts new ones): at a process's shutdown, or after a test that changed the databases."""
     pool = database_threads()
-    size = app_settings.database_threads
-    barrier = threading.Barrier(size)
-
-    def close() -> None:  # every thread takes one: each waits at the barrier for the others
-        try:
-            barrier.wait(timeout)
-        finally:
-            connections.close_all()
-
-    for future in [pool.submit(close) for _ in range(size)]:
-        future.exception(timeout)
-    pool.shutdown(wait=True)
-    _threads.cache_clear()
+    _database_threads.cache_clear()
     _served_on.cache_clear()
+    pool.shutdown(timeout=timeout)

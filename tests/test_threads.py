@@ -17,7 +17,7 @@ from django.test import override_settings
 
 from squad_memory.models import Message, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
-from squad_memory.threads import close_database_threads, database
+from squad_memory.threads import DatabaseThreads, close_database_threads, database
 from tests import summarizers
 from tests.conftest import msg, texts
 
@@ -235,3 +235,23 @@ def test_a_dropped_connection_heals(
 def drop_connections_and_close(keep: int) -> None:
     drop_connections(keep)
     connection.close()
+
+
+def test_a_lone_caller_is_served_by_the_thread_idle_last_and_threads_start_only_when_busy() -> None:
+    finalized: list[str] = []
+    pool = DatabaseThreads(3, "pool", finalizer=lambda: finalized.append(thread_name()))
+    held = threading.Barrier(4)  # three calls at once start all three threads
+    burst = [pool.submit(lambda: (held.wait(10), thread_name())[1]) for _ in range(3)]
+    waiting = pool.submit(thread_name)  # all busy and none more allowed: it waits its turn
+    held.wait(10)
+    assert len({f.result(10) for f in burst}) == 3 and waiting.result(10).startswith("pool_")
+    # One caller at a time: each call goes to the thread idle last (the same one), none starts.
+    assert len({pool.submit(thread_name).result(10) for _ in range(50)}) == 1
+    pool.shutdown(timeout=10)
+    assert sorted(finalized) == sorted(f.result() for f in burst)  # each thread's finalizer ran
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.submit(thread_name)
+
+
+def thread_name() -> str:
+    return threading.current_thread().name
