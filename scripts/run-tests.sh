@@ -76,6 +76,25 @@ find_python312() {  # the first candidate that really runs Python 3.12 (pyenv sh
 
 want() { [[ "$PASSES" == " all " || "$PASSES" == *" $1 "* ]]; }
 
+# The Django 6.1 environment installs in the background while the passes before it run.
+V6=.venv-django6 V6_INSTALL="" PY312=""
+if want django6; then
+  PY312=$(find_python312)
+  if [[ -n "$PY312" ]] && [[ ! -f $V6/.installed || requirements.txt -nt $V6/.installed \
+        || requirements-dev.txt -nt $V6/.installed || requirements-docs.txt -nt $V6/.installed \
+        || pyproject.toml -nt $V6/.installed ]]; then
+    rm -f $V6/.installed
+    if "$PY312" -m venv $V6; then  # here, so that nothing new appears in the checkout later
+      { $V6/bin/pip install -q --upgrade pip \
+          && $V6/bin/pip install -q -r requirements-dev.txt "Django>=6.1,<6.2" \
+          && touch $V6/.installed; } > $V6/install.log 2>&1 &
+      V6_INSTALL=$!
+    else
+      echo "FAILED: could not create the Django 6.1 environment $V6" >&2; failed=1
+    fi
+  fi
+fi
+
 if want lint; then
   started=$SECONDS
   echo "=== ruff (lint and format), mypy (strict) and the import layers ==="
@@ -116,19 +135,13 @@ if want mariadb; then
 fi
 
 if want django6; then
-  PY312=$(find_python312)
   if [[ -z "$PY312" ]]; then
     missing "Python 3.12 was not found (set PYTHON312): the Django 6.1 pass did not run"
   else
-    V6=.venv-django6
-    if [[ ! -f $V6/.installed || requirements.txt -nt $V6/.installed \
-          || requirements-dev.txt -nt $V6/.installed || requirements-docs.txt -nt $V6/.installed \
-          || pyproject.toml -nt $V6/.installed ]]; then
-      "$PY312" -m venv $V6 && $V6/bin/pip install -q --upgrade pip \
-        && $V6/bin/pip install -q -r requirements-dev.txt "Django>=6.1,<6.2" && touch $V6/.installed \
-        || { echo "FAILED: could not install the Django 6.1 environment" >&2; failed=1; }
-    fi
-    if [[ -f $V6/.installed ]]; then
+    if [[ -n $V6_INSTALL ]] && ! wait "$V6_INSTALL"; then
+      cat $V6/install.log >&2
+      echo "FAILED: could not install the Django 6.1 environment (log above)" >&2; failed=1
+    elif [[ -f $V6/.installed ]]; then
       # The core tier whole (its checks of Django's behaviour use no database either), and the
       # database tests of the other tiers; brokers, workers and browsers ran once, above.
       pytest_pass "SQLite, Django $($V6/bin/python -c 'import django;print(django.get_version())')" "$V6" \

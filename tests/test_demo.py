@@ -214,11 +214,19 @@ def fresh_shell(command: str, var_dir: Path) -> subprocess.CompletedProcess[str]
 
 
 def test_the_commands_the_demo_prints_work_as_printed(tmp_path: Path) -> None:
-    first = run_demo(tmp_path)
-    again = run_demo(tmp_path)  # the admin exists now: it says how to get a new password
+    """Run twice on a port alone (``--addrport 9123`` serves on 127.0.0.1:9123, as runserver
+    reads it): the second run says how to get a new password, with that address; the hint
+    and the export command work as printed, in a fresh shell."""
+    port = str(free_port())
+    first = run_demo(tmp_path, "--addrport", port)
+    again = run_demo(tmp_path, "--addrport", port)  # the admin exists now
+    base = f"http://127.0.0.1:{port}"
     printed = [a or b for a, b in PRINTED.findall(first + again)]
     reset = next(c for c in printed if "--reset-password" in c)
     export = next(c for c in printed if "squad_memory_export" in c)
+    assert reset.endswith(f"--addrport {port}"), reset
+    assert f"`{reset}` to get a new one, then log in at {base}/admin/." in again
+    assert "http://127.0.0.1:8000" not in again and f"http://{port}" not in again
     assert str(tmp_path) in export and "manage.py" in export and not export.startswith("python")
 
     done = fresh_shell(reset, tmp_path)
@@ -226,6 +234,7 @@ def test_the_commands_the_demo_prints_work_as_printed(tmp_path: Path) -> None:
     new = PASSWORD.search(done.stdout)
     old = PASSWORD.search(first)
     assert new and old and new.group(1) != old.group(1)
+    assert f"Admin:     {base}/admin/" in done.stdout and "http://127.0.0.1:8000" not in done.stdout
     assert "Quit the server" not in done.stdout  # --no-serve: it does not take the port
 
     done = fresh_shell(export, tmp_path)
@@ -311,21 +320,3 @@ def test_with_no_worker_it_waits_a_bounded_time_then_says_where_to_look(tmp_path
         f"admin page (the buffer beside the raw history, and the compression log): {page}" in output
     )
     assert not TOOK_OVER.search(output) and "A summary" not in output
-
-
-def test_the_password_reset_hint_names_the_address_the_server_uses(tmp_path: Path) -> None:
-    """A port alone (``--addrport 9123``) serves on 127.0.0.1:9123, as runserver reads it: the
-    hint to reset the password carries it and names that login page, and so does what the
-    hint prints when it is run."""
-    port = str(free_port())
-    run_demo(tmp_path, "--addrport", port)
-    again = run_demo(tmp_path, "--addrport", port)
-    base = f"http://127.0.0.1:{port}"
-    (hint,) = [a for a, _ in PRINTED.findall(again) if "--reset-password" in a]
-    assert hint.endswith(f"--addrport {port}"), hint
-    assert f"`{hint}` to get a new one, then log in at {base}/admin/." in again
-    assert "http://127.0.0.1:8000" not in again and f"http://{port}" not in again
-    done = fresh_shell(hint, tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert PASSWORD.search(done.stdout) and f"Admin:     {base}/admin/" in done.stdout
-    assert "http://127.0.0.1:8000" not in done.stdout
