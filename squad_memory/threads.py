@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import functools
 import logging
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-from asgiref.sync import AsyncToSync, SyncToAsync, sync_to_async
+from asgiref.sync import AsyncToSync, SyncToAsync, async_to_sync, sync_to_async
 from django.db import DatabaseError, connections
 from django.db.backends.signals import connection_created
 from django.dispatch import receiver
@@ -54,8 +55,11 @@ async def database(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
     (see the module's text)."""
     if in_caller_thread():
         return await sync_to_async(func, thread_sensitive=True)(*args, **kwargs)
-    result: R = await _served_on(database_threads())(func, *args, **kwargs)
-    return result
+    # Not asgiref's hop (its shield and context restore cost more than the hop itself):
+    # the caller's context vars go along; the caller's loop too, for in_caller_loop().
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, served, loop, func, *args, **kwargs)
+    return await loop.run_in_executor(database_threads(), call)
 
 
 async def summarizer_thread(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -74,11 +78,27 @@ def in_caller_thread() -> bool:
     return asyncio.get_running_loop() in AsyncToSync.loop_thread_executors
 
 
-def served(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
-    """Run ``func`` on a database thread as Django serves a request, retrying it once when
-    its connection proves dead before any of its statements ran."""
+def in_caller_loop(func: Callable[..., Awaitable[R]], /, *args: Any) -> R:
+    """Await ``func(*args)`` from synchronous code: on a database thread, in the event loop
+    of the caller it serves (a foreign store's clients belong to that loop); elsewhere as
+    ``async_to_sync`` does."""
+    call = getattr(_served, "call", None)
+    if call is None:
+        return async_to_sync(func)(*args)
+    return asyncio.run_coroutine_threadsafe(_awaited(func, *args), call.loop).result()
+
+
+async def _awaited(func: Callable[..., Awaitable[R]], /, *args: Any) -> R:
+    return await func(*args)
+
+
+def served(
+    loop: asyncio.AbstractEventLoop, func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+) -> R:
+    """Run ``func`` on a database thread for a caller in ``loop``, as Django serves a
+    request, retrying it once when its connection proves dead before any statement ran."""
     _close_old_connections()
-    call = _served.call = Call()
+    call = _served.call = Call(loop)
     try:
         try:
             return func(*args, **kwargs)
@@ -108,10 +128,13 @@ def unrepeatable() -> None:
 
 
 class Call:
-    """One call on a database thread: whether any of its statements may have reached the
-    database (run, or been cut off while it ran)."""
+    """One call on a database thread: its caller's event loop, and whether any of its
+    statements may have reached the database (run, or been cut off while it ran)."""
 
     reached = False
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
 
 
 _served = threading.local()
@@ -196,13 +219,6 @@ def _summarizer_threads(size: int, pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=size, thread_name_prefix="squad-memory-summarizer")
 
 
-@functools.cache
-def _served_on(pool: DatabaseThreads) -> SyncToAsync[..., Any]:
-    """:func:`served` on ``pool``, wrapped once (not on every call)."""
-    # asgiref types ``executor`` as a ThreadPoolExecutor; it only passes it to run_in_executor
-    return SyncToAsync(served, thread_sensitive=False, executor=pool)  # type: ignore[arg-type]
-
-
 class DatabaseThreads(Executor):
     """Up to ``size`` threads, each with its own connections. A call goes to the thread that
     became idle last, and a thread starts only when all are busy: a lone conversation is
@@ -285,5 +301,4 @@ def close_database_threads(timeout: float = 10.0) -> None:
     starts new ones): at a process's shutdown, or after a test that changed the databases."""
     pool = database_threads()
     _database_threads.cache_clear()
-    _served_on.cache_clear()
     pool.shutdown(timeout=timeout)

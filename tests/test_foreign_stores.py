@@ -209,3 +209,34 @@ def test_an_empty_save_over_a_foreign_store_creates_no_slot() -> None:
     store = SummarizingChatStorage(InMemoryChatStorage(), summarizers.fold, 2, 1)
     assert store.save_chat_messages_sync("u", "s", "a", []) == []
     assert not Slot.objects.exists()
+
+
+class LoopBound(InMemoryChatStorage):  # type: ignore[misc]
+    """A store whose clients belong to the event loop that made them (as aiohttp's or
+    aioboto3's do): each call notes the loop it runs in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loops: set[asyncio.AbstractEventLoop] = set()
+
+    async def save_chat_message(self, *args: Any, **kwargs: Any) -> Any:
+        self.loops.add(asyncio.get_running_loop())
+        return await super().save_chat_message(*args, **kwargs)
+
+    async def fetch_chat(self, *args: Any, **kwargs: Any) -> Any:
+        self.loops.add(asyncio.get_running_loop())
+        return await super().fetch_chat(*args, **kwargs)
+
+
+def test_a_foreign_store_is_called_in_the_event_loop_of_the_async_caller() -> None:
+    inner = LoopBound()
+    store = SummarizingChatStorage(inner, summarizers.fold, 2, 1)
+
+    async def go() -> asyncio.AbstractEventLoop:
+        for i in range(3):
+            await store.save_chat_message("u", "s", "a", msg("user", f"q{i}"))
+            await store.save_chat_message("u", "s", "a", msg("assistant", f"a{i}"))
+        assert texts(await store.fetch_chat("u", "s", "a")) == ["S(q0+a0+q1+a1)", "q2", "a2"]
+        return asyncio.get_running_loop()
+
+    assert inner.loops == {asyncio.run(go())}
