@@ -36,7 +36,7 @@ REDIS_URL = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/2")
 FULL: dict[str, Any] = {
     "sizes": [100, 1_000, 10_000],  # W1: stored history N
     "turns": 200,  # W1: timed turns per system and N
-    "block": 20,  # W1: turns of one system at one N before the next
+    "block": 5,  # W1: turns of one system at one N before the next
     "cap_s": 5.0,  # W1: seconds of turns per system and N at most
     "slow_turns": 100,  # W2
     "slow_sleep": 1.0,  # W2, W4: the slow summarizer's sleep (s)
@@ -50,7 +50,6 @@ QUICK: dict[str, Any] = {
     **FULL,
     "sizes": [100, 300],
     "turns": 4,
-    "block": 2,
     "cap_s": 2.0,
     "slow_turns": 22,
     "slow_sleep": 0.05,
@@ -182,13 +181,8 @@ class Run:
 
         def one(run: tuple[str, str, bool, bool, bool]) -> tuple[str, Any]:
             label, mode, slow, proxied, pool = run
-            spec = {
-                "mode": mode,
-                "slow": slow,
-                "pool": pool,
-                "turns": self.p["slow_conv_turns" if slow else "conv_turns"],
-                "trigger": [4, 1] if slow else [20, 2],
-            }
+            spec = dict(mode=mode, slow=slow, pool=pool, trigger=[4, 1] if slow else [20, 2])
+            spec["turns"] = self.p["slow_conv_turns" if slow else "conv_turns"]
             worker = self.process(DB_WORKER, BENCH_APPLICATION_NAME="bench-worker")
             with worker if mode == "tasks" else contextlib.nullcontext():
                 url, pooled = far if proxied else PG_URL, "1" if pool else "0"

@@ -155,6 +155,22 @@ class SquadMemory(System):
             await sync_to_async(time.sleep)(0.02)
 
 
+class SquadMemoryOneThread(SquadMemory):
+    """squad_memory inline through asgiref's thread-sensitive hop to its sync API: the async
+    API as it was before its database threads (one thread the process shares), for the turn
+    of a lone conversation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.label = f"squad_memory inline, one shared thread ({connection.display_name})"
+
+    async def save(self, slot: SlotId, k: int) -> Any:
+        return await sync_to_async(self.storage.save_chat_message_sync)(*slot, message(k))
+
+    async def fetch(self, slot: SlotId) -> Any:
+        return await sync_to_async(self.storage.fetch_chat_sync)(*slot)
+
+
 class DjangoFloor(System):
     """Django's floor: the same rows as bare statements through Django's connection, one
     ``sync_to_async`` hop per call. A save is one INSERT (its sequence number kept in the
@@ -352,6 +368,7 @@ def contenders(work: Path, slow: bool = False) -> dict[str, System]:
     if db == "sqlite":
         found["as-inmemory"] = AgentSquadInMemory(slow)
     if not slow:
+        found[f"sm-onethread-{db}"] = SquadMemoryOneThread()
         found[f"floor-django-{db}"] = DjangoFloor()
         found[f"floor-contract-{db}"] = ContractFloor()
         if db == "sqlite":

@@ -181,15 +181,23 @@ async def conversations(run: str, count_: int, spec: dict[str, Any]) -> dict[str
     turn_s: list[float] = []
     fetches: list[tuple[str, float, float]] = []
 
+    slots = [(run, f"{mode}-{slow}-{count_}-{c}", "agent") for c in range(count_)]
+
+    def said(c: int, k: int) -> Any:  # each message names its conversation
+        return systems.message(k, [{"text": f"conversation {c}: {systems.text_of(k)}"}])
+
+    for c in range(count_) if slow else ():  # c mod trigger_at pairs first: summaries apart
+        pairs = [said(c, k) for k in range(2 * (c % spec["trigger"][0]))]
+        await storage.save_chat_messages(*slots[c], pairs)
+
     async def conversation(c: int) -> None:
-        slot, tag = (run, f"{mode}-{slow}-{count_}-{c}", "agent"), f"conversation {c}:"
+        slot, tag = slots[c], f"conversation {c}:"
         for i in range(turns):
             t0 = time.perf_counter()
             await storage.fetch_chat(*slot)
             fetches.append((tag, t0, time.perf_counter()))
-            for k in (2 * i, 2 * i + 1):  # each message names its conversation
-                said = [{"text": f"{tag} {systems.text_of(k)}"}]
-                await storage.save_chat_message(*slot, systems.message(k, said))
+            for k in (2 * i, 2 * i + 1):
+                await storage.save_chat_message(*slot, said(c, k))
             turn_s.append(time.perf_counter() - t0)
 
     sampler = Connections(connection.settings_dict["OPTIONS"]["application_name"])

@@ -78,6 +78,8 @@ SYSTEMS = {
     "sm-inline-sqlite",
     "sm-inline-postgresql",
     "sm-celery-postgresql",
+    "sm-onethread-sqlite",
+    "sm-onethread-postgresql",
     "floor-django-sqlite",
     "floor-django-postgresql",
     "floor-contract-sqlite",
