@@ -85,7 +85,16 @@ def in_caller_loop(func: Callable[..., Awaitable[R]], /, *args: Any) -> R:
     call = getattr(_served, "call", None)
     if call is None:
         return async_to_sync(func)(*args)
-    return asyncio.run_coroutine_threadsafe(_awaited(func, *args), call.loop).result()
+    future = asyncio.run_coroutine_threadsafe(_awaited(func, *args), call.loop)
+    while True:  # bounded: a loop that stopped (its caller gone) would never run it
+        try:
+            return future.result(timeout=0.5)
+        except TimeoutError:
+            if not call.loop.is_running():
+                future.cancel()
+                raise RuntimeError(
+                    f"{func.__qualname__} could not run: the caller's event loop stopped"
+                ) from None
 
 
 async def _awaited(func: Callable[..., Awaitable[R]], /, *args: Any) -> R:

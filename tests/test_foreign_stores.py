@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,34 @@ def test_a_foreign_store_is_called_in_the_event_loop_of_the_async_caller() -> No
         return asyncio.get_running_loop()
 
     assert inner.loops == {asyncio.run(go())}
+
+
+class Hanging(InMemoryChatStorage):  # type: ignore[misc]
+    """A store whose saves never end while ``hang`` is set."""
+
+    hang = True
+
+    async def save_chat_message(self, *args: Any, **kwargs: Any) -> Any:
+        while self.hang:
+            await asyncio.sleep(0.05)
+        return await super().save_chat_message(*args, **kwargs)
+
+
+def test_a_store_call_whose_caller_left_does_not_hold_the_slot() -> None:
+    """The caller gave up (a timeout) and its event loop stopped, not closed, before the
+    store's call ended: the database thread stops waiting for it, the slot's transaction
+    ends, and the next save of the slot goes through."""
+    inner = Hanging()
+    store = SummarizingChatStorage(inner, summarizers.fold, 2, 1)
+    loop = asyncio.new_event_loop()
+    try:
+        saving = store.save_chat_message("u", "s", "a", msg("user", "lost"))
+        with pytest.raises(TimeoutError):
+            loop.run_until_complete(asyncio.wait_for(saving, 0.2))
+        inner.hang = False  # the loop is stopped: nothing runs the first save's call now
+        with ThreadPoolExecutor(1) as pool:
+            saved = pool.submit(store.save_chat_message_sync, "u", "s", "a", msg("user", "kept"))
+            assert texts(saved.result(timeout=20)) == ["kept"]
+    finally:
+        loop.run_until_complete(asyncio.sleep(0.1))  # the abandoned call's cancellation
+        loop.close()
