@@ -19,9 +19,10 @@ $(VENV)/.installed-docs: requirements.txt requirements-docs.txt pyproject.toml |
 	$(BIN)/pip install -q -r requirements-docs.txt
 	touch $@
 
-## The tests, benchmarks and linters on top (requirements-dev.txt includes the other two).
+## The tests, benchmarks and linters on top (requirements-dev.txt includes the other two);
+## --no-compile: Python compiles what is imported when it is first imported (half the time).
 $(VENV)/.installed-dev: requirements.txt requirements-docs.txt requirements-dev.txt pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-compile -r requirements-dev.txt
 	touch $@ $(VENV)/.installed-docs
 
 install-demo: $(VENV)/.installed-demo

@@ -86,7 +86,7 @@ if want django6; then
     rm -f $V6/.installed
     if "$PY312" -m venv $V6; then  # here, so that nothing new appears in the checkout later
       { $V6/bin/pip install -q --upgrade pip \
-          && $V6/bin/pip install -q -r requirements-dev.txt "Django>=6.1,<6.2" \
+          && $V6/bin/pip install -q --no-compile -r requirements-dev.txt "Django>=6.1,<6.2" \
           && touch $V6/.installed; } > $V6/install.log 2>&1 &
       V6_INSTALL=$!
     else
