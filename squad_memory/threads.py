@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import functools
 import logging
 import os
 import queue
 import threading
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-from asgiref.sync import AsyncToSync, SyncToAsync, async_to_sync, sync_to_async
+from asgiref.sync import AsyncToSync, SyncToAsync, sync_to_async
 from django.db import DatabaseError, connections
 from django.db.backends.signals import connection_created
 from django.dispatch import receiver
@@ -55,11 +55,8 @@ async def database(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
     (see the module's text)."""
     if in_caller_thread():
         return await sync_to_async(func, thread_sensitive=True)(*args, **kwargs)
-    # Not asgiref's hop (its shield and context restore cost more than the hop itself):
-    # the caller's context vars go along; the caller's loop too, for in_caller_loop().
-    loop = asyncio.get_running_loop()
-    call = functools.partial(contextvars.copy_context().run, served, loop, func, *args, **kwargs)
-    return await loop.run_in_executor(database_threads(), call)
+    result: R = await _served_on(database_threads())(func, *args, **kwargs)
+    return result
 
 
 async def summarizer_thread(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -78,36 +75,11 @@ def in_caller_thread() -> bool:
     return asyncio.get_running_loop() in AsyncToSync.loop_thread_executors
 
 
-def in_caller_loop(func: Callable[..., Awaitable[R]], /, *args: Any) -> R:
-    """Await ``func(*args)`` from synchronous code: on a database thread, in the event loop
-    of the caller it serves (a foreign store's clients belong to that loop); elsewhere as
-    ``async_to_sync`` does."""
-    call = getattr(_served, "call", None)
-    if call is None:
-        return async_to_sync(func)(*args)
-    future = asyncio.run_coroutine_threadsafe(_awaited(func, *args), call.loop)
-    while True:  # bounded: a loop that stopped (its caller gone) would never run it
-        try:
-            return future.result(timeout=0.5)
-        except TimeoutError:
-            if not call.loop.is_running():
-                future.cancel()
-                raise RuntimeError(
-                    f"{func.__qualname__} could not run: the caller's event loop stopped"
-                ) from None
-
-
-async def _awaited(func: Callable[..., Awaitable[R]], /, *args: Any) -> R:
-    return await func(*args)
-
-
-def served(
-    loop: asyncio.AbstractEventLoop, func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
-) -> R:
-    """Run ``func`` on a database thread for a caller in ``loop``, as Django serves a
-    request, retrying it once when its connection proves dead before any statement ran."""
+def served(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+    """Run ``func`` on a database thread as Django serves a request, retrying it once when
+    its connection proves dead before any of its statements ran."""
     _close_old_connections()
-    call = _served.call = Call(loop)
+    call = _served.call = Call()
     try:
         try:
             return func(*args, **kwargs)
@@ -137,13 +109,10 @@ def unrepeatable() -> None:
 
 
 class Call:
-    """One call on a database thread: its caller's event loop, and whether any of its
-    statements may have reached the database (run, or been cut off while it ran)."""
+    """One call on a database thread: whether any of its statements may have reached the
+    database (run, or been cut off while it ran)."""
 
     reached = False
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
 
 
 _served = threading.local()
@@ -228,6 +197,13 @@ def _summarizer_threads(size: int, pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=size, thread_name_prefix="squad-memory-summarizer")
 
 
+@functools.cache
+def _served_on(pool: DatabaseThreads) -> SyncToAsync[..., Any]:
+    """:func:`served` on ``pool``, wrapped once (not on every call)."""
+    # asgiref types ``executor`` as a ThreadPoolExecutor; it only passes it to run_in_executor
+    return SyncToAsync(served, thread_sensitive=False, executor=pool)  # type: ignore[arg-type]
+
+
 class DatabaseThreads(Executor):
     """Up to ``size`` threads, each with its own connections. A call goes to the thread that
     became idle last, and a thread starts only when all are busy: a lone conversation is
@@ -257,8 +233,8 @@ class DatabaseThreads(Executor):
                 inbox.put(job)
                 name = f"{self.name}_{len(self._threads)}"
                 thread = threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True)
+                thread.start()  # counted once started: a thread that cannot start takes no job
                 self._threads.append(thread)
-                thread.start()
             else:
                 self._waiting.append(job)
         return future
@@ -267,6 +243,7 @@ class DatabaseThreads(Executor):
         try:
             while (job := inbox.get()) is not None:
                 future, fn, args, kwargs = job
+                result = error = None
                 if not future.set_running_or_notify_cancel():
                     job = None
                 else:
@@ -281,28 +258,31 @@ class DatabaseThreads(Executor):
                         self._idle.append(inbox)
                     else:
                         inbox.put(None)
-                if job is None:
-                    continue
-                if error is None:
+                if job is not None and error is None:
                     future.set_result(result)
-                else:
+                elif job is not None:
                     future.set_exception(error)
-                    del error
+                # an idle thread keeps nothing of its last call (its caller's context, result)
+                del job, future, fn, args, kwargs, result, error
         finally:
             self.finalizer()
 
     def shutdown(
         self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None
     ) -> None:
-        """Stop the threads once the calls submitted are done (each runs ``finalizer``);
-        ``wait``: for at most ``timeout`` seconds a thread."""
+        """Stop the threads once the calls submitted are done (``cancel_futures``: but for
+        the calls still waiting for a thread); each runs ``finalizer``. ``wait``: for at most
+        ``timeout`` seconds in all."""
         with self._lock:
             self._stopped = True
             for inbox in self._idle:
                 inbox.put(None)
             self._idle.clear()
+            while cancel_futures and self._waiting:
+                self._waiting.popleft()[0].cancel()
+        deadline = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads if wait else ():
-            thread.join(timeout)
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
 
 def close_database_threads(timeout: float = 10.0) -> None:
@@ -310,4 +290,5 @@ def close_database_threads(timeout: float = 10.0) -> None:
     starts new ones): at a process's shutdown, or after a test that changed the databases."""
     pool = database_threads()
     _database_threads.cache_clear()
+    _served_on.cache_clear()
     pool.shutdown(timeout=timeout)

@@ -272,3 +272,20 @@ def test_a_store_call_whose_caller_left_does_not_hold_the_slot() -> None:
     finally:
         loop.run_until_complete(asyncio.sleep(0.1))  # the abandoned call's cancellation
         loop.close()
+
+
+def test_a_caller_that_gives_up_cancels_the_stores_call_and_nothing_is_stored() -> None:
+    """A timeout around a save whose store hangs: the store's call is cancelled with it,
+    nothing is stored, and the conversation goes on in the same event loop."""
+    inner = Hanging()
+    store = SummarizingChatStorage(inner, summarizers.fold, 2, 1)
+
+    async def go() -> list[str]:
+        saving = store.save_chat_message("u", "s", "a", msg("user", "lost"))
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(saving, 0.2)
+        inner.hang = False  # a call still running would now store its message
+        return texts(await store.save_chat_message("u", "s", "a", msg("user", "kept")))
+
+    assert asyncio.run(go()) == ["kept"]
+    assert texts(asyncio.run(inner.fetch_all_chats("u", "s"))) == ["kept"]

@@ -237,18 +237,24 @@ def drop_connections_and_close(keep: int) -> None:
     connection.close()
 
 
-def test_a_lone_caller_is_served_by_the_thread_idle_last_and_threads_start_only_when_busy() -> None:
+def test_a_lone_caller_is_served_by_one_thread_and_threads_start_only_when_all_are_busy() -> None:
     finalized: list[str] = []
-    pool = DatabaseThreads(3, "pool", finalizer=lambda: finalized.append(thread_name()))
-    held = threading.Barrier(4)  # three calls at once start all three threads
+    pool = DatabaseThreads(3, "lifo", finalizer=lambda: finalized.append(thread_name()))
+    # One caller at a time: one thread serves every call, and no other starts.
+    assert {pool.submit(thread_name).result(10) for _ in range(50)} == {"lifo_0"}
+    assert [t.name for t in threading.enumerate() if t.name.startswith("lifo_")] == ["lifo_0"]
+    held = threading.Barrier(4)  # three calls at once: all three threads
     burst = [pool.submit(lambda: (held.wait(10), thread_name())[1]) for _ in range(3)]
     waiting = pool.submit(thread_name)  # all busy and none more allowed: it waits its turn
     held.wait(10)
-    assert len({f.result(10) for f in burst}) == 3 and waiting.result(10).startswith("pool_")
-    # One caller at a time: each call goes to the thread idle last (the same one), none starts.
+    assert {f.result(10) for f in burst} == {"lifo_0", "lifo_1", "lifo_2"}
+    assert waiting.result(10).startswith("lifo_")
+    # One caller at a time again: the thread idle last serves every call.
     assert len({pool.submit(thread_name).result(10) for _ in range(50)}) == 1
+    with pytest.raises(ValueError):  # a call's error reaches its caller
+        pool.submit(int, "not a number").result(10)
     pool.shutdown(timeout=10)
-    assert sorted(finalized) == sorted(f.result() for f in burst)  # each thread's finalizer ran
+    assert sorted(finalized) == ["lifo_0", "lifo_1", "lifo_2"]  # each thread's finalizer ran
     with pytest.raises(RuntimeError, match="shut down"):
         pool.submit(thread_name)
 

@@ -17,6 +17,7 @@ from operator import itemgetter
 from typing import Any, Literal
 
 from agent_squad.types import ConversationMessage
+from asgiref.sync import async_to_sync
 from django.db import transaction
 
 from squad_memory.compression import Claim, Policy, Result, activate, claim, due, get_dispatcher
@@ -32,7 +33,7 @@ from squad_memory.models import (
     SlotQuerySet,
 )
 from squad_memory.rules import count_all, needs_compression
-from squad_memory.threads import database, in_caller_loop, unrepeatable
+from squad_memory.threads import database, unrepeatable
 
 Rows = Sequence[Mapping[str, Any]]
 View = Literal["buffer", "visible"]
@@ -95,7 +96,7 @@ class ForeignJournal(Journal):
         self.namespace = namespace
 
     def call(self, method: str, *args: Any) -> Any:
-        return in_caller_loop(getattr(self.store, method), *args)
+        return async_to_sync(getattr(self.store, method))(*args)
 
     def save(self, key: SlotKey, messages: list[Any], single: bool, size: int | None) -> Any:
         unrepeatable()  # the store has the messages once this returns
