@@ -5,12 +5,14 @@ database thread outside a Django request, the caller's thread inside one or belo
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from agent_squad.types import ConversationMessage
+from asgiref.local import Local
 from asgiref.sync import ThreadSensitiveContext, async_to_sync
 from django.db import connection, connections, transaction
 from django.test import override_settings
@@ -261,3 +263,17 @@ def test_a_lone_caller_is_served_by_one_thread_and_threads_start_only_when_all_a
 
 def thread_name() -> str:
     return threading.current_thread().name
+
+
+def test_the_callers_context_goes_along_to_the_database_thread() -> None:
+    """As Django's own ``sync_to_async``: context variables and asgiref ``Local``s (a
+    router's tenant, the active language) set by the caller are seen by the call."""
+    tenant, request_id = Local(), contextvars.ContextVar[str]("request_id")
+
+    async def main() -> tuple[str, str, str]:
+        tenant.name = "t1"
+        request_id.set("r1")
+        return await database(lambda: (tenant.name, request_id.get(), thread_name()))
+
+    name, rid, thread = asyncio.run(main())
+    assert (name, rid) == ("t1", "r1") and thread.startswith("squad-memory-db")
