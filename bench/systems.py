@@ -13,6 +13,7 @@ import os
 import sqlite3
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -156,19 +157,23 @@ class SquadMemory(System):
 
 
 class SquadMemoryOneThread(SquadMemory):
-    """squad_memory inline through asgiref's thread-sensitive hop to its sync API: the async
-    API as it was before its database threads (one thread the process shares), for the turn
-    of a lone conversation."""
+    """squad_memory inline, its sync API through ``sync_to_async`` on one thread of its own
+    that serves every call: the async API before its database threads, for a lone
+    conversation (the floors' turns would keep asgiref's shared thread warm between calls)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.label = f"squad_memory inline, one shared thread ({connection.display_name})"
+        self.label = f"squad_memory inline, one thread ({connection.display_name})"
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="one-thread")
+
+    def hop(self, func: Any) -> Any:
+        return sync_to_async(func, thread_sensitive=False, executor=self.thread)
 
     async def save(self, slot: SlotId, k: int) -> Any:
-        return await sync_to_async(self.storage.save_chat_message_sync)(*slot, message(k))
+        return await self.hop(self.storage.save_chat_message_sync)(*slot, message(k))
 
     async def fetch(self, slot: SlotId) -> Any:
-        return await sync_to_async(self.storage.fetch_chat_sync)(*slot)
+        return await self.hop(self.storage.fetch_chat_sync)(*slot)
 
 
 class DjangoFloor(System):
