@@ -187,10 +187,12 @@ def assert_buffer_is_summary_then_tail() -> None:
 def test_concurrent_writers_one_worker_compressing(procs: Processes) -> None:
     trigger_at, writers, pairs = 10, 4, 60
     procs.worker("busy", concurrency=2, SM_SUMMARIZER_SLEEP="0.5")
-    env = {"SM_TRIGGER_AT": str(trigger_at), "SM_PAUSE": "0.01"}
+    # Each writer waits for the queued compression every 20 pairs: at least 3 compressions,
+    # however fast the writers are (a clock alone gave 2 on a quick machine).
+    env = {"SM_TRIGGER_AT": str(trigger_at), "SM_PAUSE": "0.01", "SM_SETTLE_EVERY": "20"}
     running = [procs.writer(str(w), pairs, **env) for w in range(writers)]
     for proc in running:
-        proc.communicate(timeout=90)
+        proc.communicate(timeout=120)
         assert proc.returncode == 0
     wait_for(lambda: drained(trigger_at), 30, "the compressions to catch up")
 
