@@ -10,8 +10,7 @@ there. ``docs/explanation/data-path.md`` tells the whole model.
   script), on one of ``DATABASE_THREADS`` threads the process shares, so that conversations
   never queue behind one thread and a process holds at most that many connections per
   database, whatever the number of event loops. Each call is served as Django serves a
-  request: its connections closed when unusable or old (as
-  :func:`django.db.close_old_connections` does) before and after it (``CONN_MAX_AGE``,
+  request: :func:`django.db.close_old_connections` before and after it (``CONN_MAX_AGE``,
   ``CONN_HEALTH_CHECKS``, a connection with errors), and a call whose connection proves dead
   before any of its statements ran (:func:`never_ran`) is run again, once, on a new one.
 - A synchronous summarizer runs on ``SUMMARIZER_THREADS`` threads of its own; an async one
@@ -33,7 +32,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import AsyncToSync, SyncToAsync, sync_to_async
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, close_old_connections, connections
 from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
@@ -78,7 +77,7 @@ def in_caller_thread() -> bool:
 def served(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
     """Run ``func`` on a database thread as Django serves a request, retrying it once when
     its connection proves dead before any of its statements ran."""
-    _close_old_connections()
+    close_old_connections()
     call = _served.call = Call()
     try:
         try:
@@ -97,7 +96,7 @@ def served(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         return func(*args, **kwargs)
     finally:
         _served.call = None
-        _close_old_connections()
+        close_old_connections()
 
 
 def unrepeatable() -> None:
@@ -118,24 +117,12 @@ class Call:
 _served = threading.local()
 
 
-def _close_old_connections() -> None:
-    """:func:`django.db.close_old_connections` on this thread's connections, known from
-    :func:`_serving` (Django's walks every alias through its handler: twice the cost)."""
-    for connection in getattr(_served, "connections", ()):
-        connection.close_if_unusable_or_obsolete()
-
-
 @receiver(connection_created, dispatch_uid="squad_memory.threads")
 def _serving(sender: Any, connection: Any, **kwargs: Any) -> None:
     """A connection opened in a call on a database thread: :func:`_watch` among its execute
-    wrappers (they stay across reconnections), and closed when old by :func:`served`."""
-    if getattr(_served, "call", None) is None:
-        return
-    if _watch not in connection.execute_wrappers:
+    wrappers (they stay across reconnections)."""
+    if getattr(_served, "call", None) is not None and _watch not in connection.execute_wrappers:
         connection.execute_wrappers.insert(0, _watch)
-    known = _served.__dict__.setdefault("connections", [])
-    if not any(c is connection for c in known):
-        known.append(connection)
 
 
 def _watch(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -244,13 +231,12 @@ class DatabaseThreads(Executor):
             while (job := inbox.get()) is not None:
                 future, fn, args, kwargs = job
                 result = error = None
-                if not future.set_running_or_notify_cancel():
-                    job = None
-                else:
+                ran = future.set_running_or_notify_cancel()  # False: cancelled while waiting
+                if ran:
                     try:
-                        result, error = fn(*args, **kwargs), None
+                        result = fn(*args, **kwargs)
                     except BaseException as exc:  # the caller's to handle, as an executor does
-                        result, error = None, exc
+                        error = exc
                 with self._lock:  # idle (or on to a waiting call) before the caller wakes
                     if self._waiting:
                         inbox.put(self._waiting.popleft())
@@ -258,9 +244,9 @@ class DatabaseThreads(Executor):
                         self._idle.append(inbox)
                     else:
                         inbox.put(None)
-                if job is not None and error is None:
+                if ran and error is None:
                     future.set_result(result)
-                elif job is not None:
+                elif ran:
                     future.set_exception(error)
                 # an idle thread keeps nothing of its last call (its caller's context, result)
                 del job, future, fn, args, kwargs, result, error
