@@ -20,9 +20,11 @@ $(VENV)/.installed-docs: requirements.txt requirements-docs.txt pyproject.toml |
 	touch $@
 
 ## The tests, benchmarks and linters on top (requirements-dev.txt includes the other two);
-## --no-compile: Python compiles what is imported when it is first imported (half the time).
+## compiled on every core afterwards, not one file at a time by pip, nor by each test process
+## on first import (which cost the first test run about a minute).
 $(VENV)/.installed-dev: requirements.txt requirements-docs.txt requirements-dev.txt pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --no-compile -r requirements-dev.txt
+	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
 	touch $@ $(VENV)/.installed-docs
 
 install-demo: $(VENV)/.installed-demo

@@ -87,6 +87,7 @@ if want django6; then
     if "$PY312" -m venv $V6; then  # here, so that nothing new appears in the checkout later
       { $V6/bin/pip install -q --upgrade pip \
           && $V6/bin/pip install -q --no-compile -r requirements-dev.txt "Django>=6.1,<6.2" \
+          && $V6/bin/python -m compileall -q -j 0 "$($V6/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
           && touch $V6/.installed; } > $V6/install.log 2>&1 &
       V6_INSTALL=$!
     else

@@ -93,9 +93,11 @@ def tier(item: pytest.Item) -> str:
 def needs_a_database(item: pytest.Item) -> bool:
     """Whether ``item`` uses the configured database: the passes on other databases run
     only these (the others run in one pass). A test marked ``own_database`` uses databases
-    it makes itself (a project's SQLite file, a cluster of its own)."""
+    it makes itself (a project's SQLite file, a cluster of its own); one marked
+    ``any_database`` uses the test database, but what it checks does not depend on which."""
     names = getattr(item, "fixturenames", [])
-    return not item.get_closest_marker("own_database") and bool(
+    elsewhere = item.get_closest_marker("own_database") or item.get_closest_marker("any_database")
+    return not elsewhere and bool(
         item.get_closest_marker("django_db")
         or item.get_closest_marker("postgres")
         or {"db", "transactional_db"} & set(names)

@@ -151,6 +151,7 @@ CONTRAST = """el => {
 }"""
 
 
+@pytest.mark.any_database  # the layout is the same on every database
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_slot_page_reads_well_at_1400px_in_light_and_dark(
     browser: Any, live_server: Any, scheme: str
@@ -185,6 +186,7 @@ def test_slot_page_reads_well_at_1400px_in_light_and_dark(
     page.context.close()
 
 
+@pytest.mark.any_database  # the layout is the same on every database
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_the_admin_lists_fit_1400px_in_light_and_dark(
     browser: Any, live_server: Any, scheme: str, tmp_path: Any

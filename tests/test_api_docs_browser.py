@@ -19,7 +19,11 @@ extra("rest_framework", "api")  # every test here talks to the REST API
 
 # Transactional: the browser's requests run on the live server's thread, which sees committed
 # rows only.
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.services,
+    pytest.mark.any_database,  # the pages read the schema, the same on every database
+]
 
 
 def schema_operations() -> list[tuple[str, str]]:

@@ -196,17 +196,49 @@ def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
         return conn.execute(sql).fetchall()
 
 
+def demo_output(demo: subprocess.Popen[str]) -> list[str]:
+    """The demo's output lines so far, read on a thread (the server goes on printing)."""
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(demo.stdout or []), daemon=True).start()
+    return lines
+
+
+#: What a project saves after the worker came back: one slot over the threshold, activated.
+SAVE_AFTER = """
+import squad_memory
+s = squad_memory.get_storage()
+for i in range(25):
+    s.save_chat_messages_sync("after", "restart", "a", [
+        {"role": "user", "content": [{"text": f"u{i}"}]},
+        {"role": "assistant", "content": [{"text": f"a{i}"}]}])
+s.fetch_chat_sync("after", "restart", "a")
+"""
+COMPRESSED_AFTER = (
+    "SELECT c.outcome FROM squad_memory_compression c JOIN squad_memory_slot s "
+    "ON s.id = c.slot_id WHERE s.user_id = 'after'"
+)
+
+
+def save_after(tmp: Path, url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SQUAD", "DATABASE"))}
+    env.update(DATABASE_URL=url, SQUAD_MEMORY_MODE="tasks", SQUAD_MEMORY_VAR_DIR=str(tmp))
+    command = [sys.executable, "manage.py", "shell", "-c", SAVE_AFTER]
+    subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=120)
+
+
 @pytest.mark.own_database  # make demo's SQLite file
-def test_make_demo_compresses_in_a_worker_beside_the_server(tmp_path: Path) -> None:
+def test_make_demo_compresses_in_a_worker_beside_the_server_and_starts_it_again(
+    tmp_path: Path,
+) -> None:
+    """The worker compresses beside the server; a worker that exits (killed here; a database
+    restart may make it exit) is started again a second later, and compresses what is saved
+    afterwards."""
     port = free_port()
     demo = make_demo(tmp_path, f"DEMO_ARGS=--addrport 127.0.0.1:{port}")
-    lines: list[str] = []
+    lines = demo_output(demo)
+    started = re.compile(r"db_worker \(pid (\d+)\), no broker")
     try:
-        assert demo.stdout is not None
-        for line in demo.stdout:
-            lines.append(line)
-            if "Quit the server" in line:
-                break
+        wait_for(lambda: any("Quit the server" in line for line in lines), 120, "the demo")
         output = "".join(lines)
         assert "Mode: tasks" in output and "db_worker (pid" in output, output
         db = tmp_path / "db.sqlite3"
@@ -224,10 +256,21 @@ def test_make_demo_compresses_in_a_worker_beside_the_server(tmp_path: Path) -> N
         tasks = query(db, "SELECT status FROM django_tasks_database_dbtaskresult")
         assert tasks and {s for (s,) in tasks} <= {"SUCCESSFUL", "RUNNING", "READY"}
         urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/", timeout=10).close()
+
+        (first,) = [int(pid) for pid in started.findall("".join(lines))]
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: len(started.findall("".join(lines))) == 2, 30, "a second worker")
+        second = int(started.findall("".join(lines))[-1])
+        assert second != first and _running(second) and not _running(first)
+        assert f"db_worker (pid {first}) exited with 137; starting it again" in "".join(lines)
+        save_after(tmp_path, f"sqlite:///{db}")
+        compressed = lambda: query(db, COMPRESSED_AFTER) == [("applied",)]  # noqa: E731
+        wait_for(compressed, 30, "the second worker to compress")
     finally:
         os.killpg(demo.pid, signal.SIGTERM)  # what closing the terminal sends
         demo.wait(20)
     wait_for(lambda: not _alive(demo.pid), 10, "the server and the worker to stop")
+    assert not _running(second)
 
 
 class Cluster:
@@ -280,36 +323,6 @@ def cluster() -> Iterator[Cluster]:
         made.remove()
 
 
-def demo_output(demo: subprocess.Popen[str]) -> list[str]:
-    """The demo's output lines so far, read on a thread (the server goes on printing)."""
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(demo.stdout or []), daemon=True).start()
-    return lines
-
-
-#: What a project saves after the worker came back: one slot over the threshold, activated.
-SAVE_AFTER = """
-import squad_memory
-s = squad_memory.get_storage()
-for i in range(25):
-    s.save_chat_messages_sync("after", "restart", "a", [
-        {"role": "user", "content": [{"text": f"u{i}"}]},
-        {"role": "assistant", "content": [{"text": f"a{i}"}]}])
-s.fetch_chat_sync("after", "restart", "a")
-"""
-COMPRESSED_AFTER = (
-    "SELECT c.outcome FROM squad_memory_compression c JOIN squad_memory_slot s "
-    "ON s.id = c.slot_id WHERE s.user_id = 'after'"
-)
-
-
-def save_after(tmp: Path, url: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SQUAD", "DATABASE"))}
-    env.update(DATABASE_URL=url, SQUAD_MEMORY_MODE="tasks", SQUAD_MEMORY_VAR_DIR=str(tmp))
-    command = [sys.executable, "manage.py", "shell", "-c", SAVE_AFTER]
-    subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=120)
-
-
 @pytest.mark.own_database  # make demo's SQLite file, a PostgreSQL cluster of its own
 def test_make_demo_keeps_compressing_across_a_postgresql_restart(
     tmp_path: Path, cluster: Cluster
@@ -331,31 +344,6 @@ def test_make_demo_keeps_compressing_across_a_postgresql_restart(
     finally:
         os.killpg(demo.pid, signal.SIGTERM)
         demo.wait(20)
-
-
-@pytest.mark.own_database  # make demo's SQLite file
-def test_make_demo_starts_its_worker_again_when_it_exits(tmp_path: Path) -> None:
-    """A worker that exits (killed here; a database restart may make it exit) is started
-    again a second later, and compresses what is saved afterwards."""
-    demo = make_demo(tmp_path, f"DEMO_ARGS=--addrport 127.0.0.1:{free_port()}")
-    lines = demo_output(demo)
-    started = re.compile(r"db_worker \(pid (\d+)\), no broker")
-    try:
-        wait_for(lambda: any("Quit the server" in line for line in lines), 120, "the demo")
-        (first,) = [int(pid) for pid in started.findall("".join(lines))]
-        os.kill(first, signal.SIGKILL)
-        wait_for(lambda: len(started.findall("".join(lines))) == 2, 30, "a second worker")
-        second = int(started.findall("".join(lines))[-1])
-        assert second != first and _running(second) and not _running(first)
-        assert f"db_worker (pid {first}) exited with 137; starting it again" in "".join(lines)
-        save_after(tmp_path, f"sqlite:///{tmp_path / 'db.sqlite3'}")
-        compressed = lambda: query(tmp_path / "db.sqlite3", COMPRESSED_AFTER) == [("applied",)]  # noqa: E731
-        wait_for(compressed, 30, "the second worker to compress")
-    finally:
-        os.killpg(demo.pid, signal.SIGTERM)
-        demo.wait(20)
-    wait_for(lambda: not _alive(demo.pid), 10, "the server and the worker to stop")
-    assert not _running(second)
 
 
 @pytest.mark.own_database  # make demo's SQLite file

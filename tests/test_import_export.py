@@ -176,7 +176,7 @@ def test_export_round_trips_through_import(tmp_path: Path) -> None:
     assert [json.loads(x) for x in again.getvalue().splitlines()] == exported
 
 
-@pytest.mark.django_db(transaction=True)  # manage.py runs in other processes
+@pytest.mark.own_database  # a SQLite file of its own, for manage.py in other processes
 def test_export_into_a_pipe_that_closes_early_ends_quietly(tmp_path: Path) -> None:
     # A real pipe to head: the export writes far more than the pipe holds, head leaves after
     # three lines, and the export's next write meets a closed pipe.

@@ -382,6 +382,7 @@ def broker(request: Any) -> tuple[str, tuple[str, int], str]:
 
 @pytest.mark.services
 @pytest.mark.django_db(transaction=True)  # the saves publish on commit, from threads of their own
+@pytest.mark.any_database  # the broker hangs, not the database
 @pytest.mark.parametrize("broker", ["redis", "amqp"], indirect=True)
 def test_a_hanging_broker_leaves_no_thread_and_queueing_resumes(
     broker: Any, celery_settings: Any, caplog: Any
@@ -394,7 +395,7 @@ def test_a_hanging_broker_leaves_no_thread_and_queueing_resumes(
     queue = f"squad-memory-hang-tests-{os.getpid()}"  # concurrent runs keep apart
     celery_settings.SQUAD_MEMORY = {
         **celery_settings.SQUAD_MEMORY,
-        "PUBLISH_TIMEOUT": 0.5,
+        "PUBLISH_TIMEOUT": 0.25,
         "CELERY_QUEUE": queue,
     }
     store = celery_store("tests.celery_summarizers.forbidden")
