@@ -263,8 +263,7 @@ README = (ROOT / "README.md").read_text()
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
-def test_the_readme_is_short_and_links_into_each_part_of_the_docs() -> None:
-    assert len(README.splitlines()) <= 300
+def test_the_readme_links_into_each_part_of_the_docs() -> None:
     links = set(LINK.findall(README))
     for part in ("docs/tutorial.md", "docs/howto/", "docs/reference/", "docs/explanation/"):
         assert any(link.startswith(part) for link in links), part
