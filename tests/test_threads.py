@@ -234,6 +234,25 @@ def test_a_dropped_connection_heals(
         assert [text for _, text in rows] == [f"{r}{t}" for t in (0, 1, 0, 1, 0, 0) for r in "qa"]
 
 
+@pytest.mark.postgres
+def test_with_conn_max_age_0_a_call_leaves_no_connection_open() -> None:
+    """Django's default: a connection per call, closed when the call ends, as at the end of a
+    request (with Django's pool, it goes back to the pool then)."""
+    settings = connections.settings["default"]
+    saved = settings["CONN_MAX_AGE"]
+    settings["CONN_MAX_AGE"] = 0
+    close_database_threads()
+    try:
+        others = backends()
+        storage = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, 3, 1)
+        asyncio.run(conversations(storage, 4, 2))
+        assert len(database_threads()) > 1
+        assert backends() == others  # the calls' connections all closed as they ended
+    finally:
+        settings["CONN_MAX_AGE"] = saved
+        close_database_threads()
+
+
 def drop_connections_and_close(keep: int) -> None:
     drop_connections(keep)
     connection.close()
