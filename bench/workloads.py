@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import re
 import statistics
 import threading
@@ -55,10 +56,10 @@ async def turn(system: System, slot: SlotId, i: int) -> tuple[float, float, floa
 
 
 async def growth(named: dict[str, System], run: str, p: dict[str, Any]) -> dict[str, Any]:
-    """W1: the turn of every system at each stored history N, all in this process and run
-    in turn, one block of turns of each system at each N before the next block, so a slow
-    phase of the machine touches every system alike. A system stops at a N once its turns
-    there took ``cap_s`` seconds in all."""
+    """W1: the turn of every system at each stored history N, all in this process: rounds of
+    one block of turns of each system at each N, in a new order each round, so that a slow
+    phase of the machine touches every system alike and no block always follows the same one
+    (a heavy one slows the next). A system stops at a N once its turns took ``cap_s`` s."""
     slots: dict[tuple[str, int], SlotId] = {}
     for name, system in named.items():
         await system.start()
@@ -68,8 +69,9 @@ async def growth(named: dict[str, System], run: str, p: dict[str, Any]) -> dict[
             await turn(system, slots[name, n], n)  # warm-up: connections, caches
         await system.settle()
     steps: dict[tuple[str, int], list[tuple[float, float, float]]] = {key: [] for key in slots}
+    order = random.Random(0)  # the same orders in every run
     for first in range(0, p["turns"], p["block"]):
-        for (name, n), slot in slots.items():
+        for (name, n), slot in order.sample(list(slots.items()), len(slots)):
             done = steps[name, n]
             for i in range(first, min(first + p["block"], p["turns"])):
                 if sum(map(sum, done)) < p["cap_s"]:
