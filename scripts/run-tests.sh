@@ -76,7 +76,8 @@ find_python312() {  # the first candidate that really runs Python 3.12 (pyenv sh
 
 want() { [[ "$PASSES" == " all " || "$PASSES" == *" $1 "* ]]; }
 
-# The Django 6.1 environment installs in the background while the passes before it run.
+# The Django 6.1 environment installs in the background while the passes before it run (its
+# compilation at a lower priority than theirs).
 V6=.venv-django6 V6_INSTALL="" PY312=""
 if want django6; then
   PY312=$(find_python312)
@@ -87,7 +88,7 @@ if want django6; then
     if "$PY312" -m venv $V6; then  # here, so that nothing new appears in the checkout later
       { $V6/bin/pip install -q --upgrade pip \
           && $V6/bin/pip install -q --no-compile -r requirements-dev.txt "Django>=6.1,<6.2" \
-          && $V6/bin/python -m compileall -q -j 0 "$($V6/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+          && nice -n 10 $V6/bin/python -m compileall -q -j 0 "$($V6/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
           && touch $V6/.installed; } > $V6/install.log 2>&1 &
       V6_INSTALL=$!
     else

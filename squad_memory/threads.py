@@ -95,6 +95,9 @@ def served(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         for connection in connections.all(initialized_only=True):
             connection.close()
         return func(*args, **kwargs)
+    except BaseException:
+        _adopt_connections()
+        raise
     finally:
         _served.call = None
         _close_old_connections()
@@ -124,14 +127,26 @@ def _serving(sender: Any, connection: Any, **kwargs: Any) -> None:
     wrappers (they stay across reconnections), and the connection among the thread's."""
     if getattr(_served, "call", None) is not None and _watch not in connection.execute_wrappers:
         connection.execute_wrappers.insert(0, _watch)
-        _served.__dict__.setdefault("connections", []).append(connection)
+        alias = connection.alias  # the thread's own, not a temporary copy (``_nodb_cursor``)
+        if alias in connections.settings and connections[alias] is connection:
+            _served.__dict__.setdefault("connections", []).append(connection)
+
+
+def _adopt_connections() -> None:
+    """After a call that raised: a connection whose setup failed after it opened (a failing
+    ``SET ROLE``, another receiver of ``connection_created``) was never announced; it joins
+    the thread's, watched, so that the check after the call closes it as Django would."""
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None:
+            _serving(None, connection)
 
 
 def _close_old_connections() -> None:
     """Django's :func:`~django.db.close_old_connections` over the connections this database
-    thread opened (every connection a call on it uses opens in a call): the same check of each,
-    without looking up every alias of the settings in Django's per-thread registry, which
-    took most of its 5 µs, twice a call."""
+    thread opened (every connection a call on it uses opens in a call, and one that never
+    said so is adopted after the call): the same check of each, without looking up every
+    alias of the settings in Django's per-thread registry, which took most of its 5 µs,
+    twice a call."""
     for connection in _served.__dict__.get("connections", ()):
         connection.close_if_unusable_or_obsolete()
 

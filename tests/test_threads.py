@@ -22,6 +22,7 @@ from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 from squad_memory.threads import DatabaseThreads, close_database_threads, database
 from tests import summarizers
 from tests.conftest import msg, texts
+from tests.processes import wait_for
 
 # Database threads serve other connections than the test's: every test commits for real.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.prepared]
@@ -176,8 +177,8 @@ def backends() -> int:
     """Other sessions on the test database (the database threads')."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
         )
         return int(cursor.fetchone()[0])
 
@@ -247,7 +248,40 @@ def test_with_conn_max_age_0_a_call_leaves_no_connection_open() -> None:
         storage = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, 3, 1)
         asyncio.run(conversations(storage, 4, 2))
         assert len(database_threads()) > 1
-        assert backends() == others  # the calls' connections all closed as they ended
+        # The calls' connections all closed as they ended (the server ends each session
+        # a moment after its client closed it).
+        wait_for(lambda: backends() <= others, 10, "the database threads' sessions to end")
+    finally:
+        settings["CONN_MAX_AGE"] = saved
+        close_database_threads()
+
+
+def test_a_connection_whose_setup_failed_is_closed_after_the_call_as_django_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connection can open and then fail its setup before Django announces it (a failing
+    ``SET ROLE``): the call fails, and the check after it closes that connection as
+    ``close_old_connections()`` would (CONN_MAX_AGE=0), not leaving it open on the thread."""
+    wrapper = type(connections["default"])
+    setup = wrapper.init_connection_state
+    failures = [RuntimeError("the connection's setup failed")]
+
+    def failing_once(self: Any) -> None:
+        setup(self)
+        if failures:
+            raise failures.pop()
+
+    settings = connections.settings["default"]
+    saved = settings["CONN_MAX_AGE"]
+    settings["CONN_MAX_AGE"] = 0
+    close_database_threads()
+    monkeypatch.setattr(wrapper, "init_connection_state", failing_once)
+    try:
+        with pytest.raises(RuntimeError, match="setup failed"):
+            asyncio.run(database(Slot.objects.count))
+        # The next call, on the same (the only) thread, finds no connection left open.
+        assert asyncio.run(database(lambda: connections["default"].connection is None))
+        assert asyncio.run(database(Slot.objects.count)) == 0
     finally:
         settings["CONN_MAX_AGE"] = saved
         close_database_threads()
