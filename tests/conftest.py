@@ -106,6 +106,11 @@ def needs_a_database(item: pytest.Item) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if item.get_closest_marker("any_database") and item.get_closest_marker("postgres"):
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked any_database (the SQLite pass only) and postgres "
+                "(never there): no pass would run it"
+            )
         item.add_marker(tier(item))
         if tier(item) == "bench" and needs_a_database(item):
             # The benchmark runs in autocommit, and its tests check it does: real commits.
