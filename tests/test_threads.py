@@ -5,6 +5,7 @@ database thread outside a Django request, the caller's thread inside one or belo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from collections.abc import Iterator
@@ -160,17 +161,27 @@ def test_forty_conversations_use_at_most_database_threads_threads() -> None:
     assert slots.count() == 40 and {s.last_seq for s in slots} == {24}
 
 
+@contextlib.contextmanager
+def connection_settings(**values: Any) -> Iterator[None]:
+    """The default database's ``values`` (``CONN_MAX_AGE``...) for the block, served by
+    database threads started in it (the threads' connections read them as they open)."""
+    settings = connections.settings["default"]
+    saved = {name: settings[name] for name in values}
+    settings.update(values)
+    close_database_threads()
+    try:
+        yield
+    finally:
+        settings.update(saved)
+        close_database_threads()
+
+
 @pytest.fixture
 def persistent_connections(request: pytest.FixtureRequest) -> Iterator[None]:
     """Connections that outlive a call (``CONN_MAX_AGE = None``), as a deployment keeps them;
     ``CONN_HEALTH_CHECKS`` as the test's parameter says."""
-    settings = connections.settings["default"]
-    saved = settings["CONN_MAX_AGE"], settings["CONN_HEALTH_CHECKS"]
-    settings["CONN_MAX_AGE"], settings["CONN_HEALTH_CHECKS"] = None, request.param
-    close_database_threads()
-    yield
-    settings["CONN_MAX_AGE"], settings["CONN_HEALTH_CHECKS"] = saved
-    close_database_threads()
+    with connection_settings(CONN_MAX_AGE=None, CONN_HEALTH_CHECKS=request.param):
+        yield
 
 
 def backends() -> int:
@@ -239,11 +250,7 @@ def test_a_dropped_connection_heals(
 def test_with_conn_max_age_0_a_call_leaves_no_connection_open() -> None:
     """Django's default: a connection per call, closed when the call ends, as at the end of a
     request (with Django's pool, it goes back to the pool then)."""
-    settings = connections.settings["default"]
-    saved = settings["CONN_MAX_AGE"]
-    settings["CONN_MAX_AGE"] = 0
-    close_database_threads()
-    try:
+    with connection_settings(CONN_MAX_AGE=0):
         others = backends()
         storage = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, 3, 1)
         asyncio.run(conversations(storage, 4, 2))
@@ -251,9 +258,6 @@ def test_with_conn_max_age_0_a_call_leaves_no_connection_open() -> None:
         # The calls' connections all closed as they ended (the server ends each session
         # a moment after its client closed it).
         wait_for(lambda: backends() <= others, 10, "the database threads' sessions to end")
-    finally:
-        settings["CONN_MAX_AGE"] = saved
-        close_database_threads()
 
 
 def test_a_connection_whose_setup_failed_is_closed_after_the_call_as_django_would(
@@ -271,20 +275,13 @@ def test_a_connection_whose_setup_failed_is_closed_after_the_call_as_django_woul
         if failures:
             raise failures.pop()
 
-    settings = connections.settings["default"]
-    saved = settings["CONN_MAX_AGE"]
-    settings["CONN_MAX_AGE"] = 0
-    close_database_threads()
     monkeypatch.setattr(wrapper, "init_connection_state", failing_once)
-    try:
+    with connection_settings(CONN_MAX_AGE=0):
         with pytest.raises(RuntimeError, match="setup failed"):
             asyncio.run(database(Slot.objects.count))
         # The next call, on the same (the only) thread, finds no connection left open.
         assert asyncio.run(database(lambda: connections["default"].connection is None))
         assert asyncio.run(database(Slot.objects.count)) == 0
-    finally:
-        settings["CONN_MAX_AGE"] = saved
-        close_database_threads()
 
 
 def drop_connections_and_close(keep: int) -> None:
