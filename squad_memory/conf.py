@@ -167,6 +167,9 @@ class Setting(Generic[T]):
 
     def __init__(self, convert: Callable[[Any], T]) -> None:
         self.convert = convert
+        #: The value last read and what it became: read again, the same object is not
+        #: checked and converted again (a changed setting is a different object).
+        self._last: tuple[Any, T] | None = None
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name.upper()
@@ -179,9 +182,14 @@ class Setting(Generic[T]):
         if instance is None:
             return self
         value = instance.raw(self.name)
+        last = self._last
+        if last is not None and last[0] is value:
+            return last[1]
         if self.name in NUMBERS and (problem := number_problem(self.name, value)) is not None:
             raise ImproperlyConfigured(problem)
-        return self.convert(value)
+        converted = self.convert(value)
+        self._last = (value, converted)
+        return converted
 
 
 class Settings:

@@ -173,12 +173,24 @@ def id_problem(
     return None
 
 
+#: Keys found valid, with the settings they were checked under (a conversation's key is
+#: checked on every call; the rule depends on nothing else). Emptied when full.
+_VALID_KEYS: set[tuple[str, str, str, int, bool]] = set()
+_VALID_KEYS_MAX = 4096
+
+
 def validate_key(user_id: Any, session_id: Any, agent_id: Any) -> tuple[str, str, str]:
     """The slot key, or :class:`InvalidSlotKey` naming the id that breaks the id rule."""
     limit, allow = app_settings.max_id_length, app_settings.allow_invisible_ids  # read once
+    known = (user_id, session_id, agent_id, limit, allow)
+    if type(user_id) is type(session_id) is type(agent_id) is str and known in _VALID_KEYS:
+        return (user_id, session_id, agent_id)
     for name, value in (("user_id", user_id), ("session_id", session_id), ("agent_id", agent_id)):
         if (problem := id_problem(value, limit, allow)) is not None:
             raise InvalidSlotKey(f"{name} {problem}.")
+    if len(_VALID_KEYS) >= _VALID_KEYS_MAX:
+        _VALID_KEYS.clear()
+    _VALID_KEYS.add(known)
     return (user_id, session_id, agent_id)
 
 

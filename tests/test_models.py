@@ -208,7 +208,8 @@ def test_reading_the_newest_rows_of_a_long_history_reads_only_those(view: str) -
         cursor.execute(f"ANALYZE {Message._meta.db_table}")
     sql = append._read_sql(connection.alias, connection.vendor, view)
     with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", [40, "", *key])
+        params = {"newest": 40, "namespace": "", **append._key_fields(key)}
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
         (plan,) = cursor.fetchone()[0]
 
     def touched(node: dict[str, Any]) -> int:

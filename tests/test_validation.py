@@ -42,6 +42,19 @@ def test_storage_refuses_invisible_characters_through_the_same_rule(db: object, 
         validate_key("u", f"s{char}", "a")
 
 
+def test_a_key_found_valid_is_checked_again_under_other_settings() -> None:
+    """Keys found valid are remembered with the settings they were checked under: a key
+    accepted once is refused once ``MAX_ID_LENGTH`` or ``ALLOW_INVISIBLE_IDS`` refuses it."""
+    validate_key("u", "s" * 20, "a")
+    with override_settings(SQUAD_MEMORY={"MAX_ID_LENGTH": 10}):
+        with pytest.raises(InvalidSlotKey, match="session_id is 20 characters long"):
+            validate_key("u", "s" * 20, "a")
+    with override_settings(SQUAD_MEMORY={"ALLOW_INVISIBLE_IDS": True}):
+        validate_key("u", "s\u200b", "a")
+    with pytest.raises(InvalidSlotKey, match="zero-width"):
+        validate_key("u", "s\u200b", "a")
+
+
 def test_visible_escapes_invisible_and_control_characters() -> None:
     assert visible("ticket-\u202e4321-gnp.exe") == "ticket-<U+202E>4321-gnp.exe"
     assert visible("\u200b\u200b") == "<U+200B><U+200B>"

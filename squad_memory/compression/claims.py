@@ -35,8 +35,9 @@ class Claim:
 def due(slot: Slot, limits: Limits) -> bool:
     """The trigger rule for a slot as last read: over its threshold, with no live claim and
     no failure in the last ``PENDING_TIMEOUT`` seconds (:func:`release`)."""
-    waits = slot.retry_after is not None and slot.retry_after > timezone.now()
-    return slot.active and slot.needs_compression(limits) and slot.claim_is_free() and not waits
+    if not (slot.active and slot.needs_compression(limits) and slot.claim_is_free()):
+        return False
+    return slot.retry_after is None or slot.retry_after <= timezone.now()
 
 
 def _db() -> str:

@@ -281,6 +281,10 @@ class Slot(models.Model):
     def limits(self, defaults: Limits) -> Limits:
         """The sizes this slot is compressed and cut by: its overrides over ``defaults``, with
         keep_last below trigger_at (or a compression could never shorten the buffer)."""
+        own = (self.trigger_at, self.max_buffer_pairs, self.trigger_tokens, self.max_buffer_tokens)
+        unchanged = 0 <= defaults.keep_last < defaults.trigger_at
+        if unchanged and self.keep_last is None and not any(own):
+            return defaults  # nothing to change
         trigger_at = self.trigger_at or defaults.trigger_at
         keep = self.keep_last if self.keep_last is not None else defaults.keep_last
         return replace(
