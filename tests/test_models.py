@@ -208,7 +208,7 @@ def test_reading_the_newest_rows_of_a_long_history_reads_only_those(view: str) -
         cursor.execute(f"ANALYZE {Message._meta.db_table}")
     sql = append._read_sql(connection.alias, connection.vendor, view)
     with connection.cursor() as cursor:
-        params = {"newest": 40, "namespace": "", **append._key_fields(key)}
+        params = {**append._key_params(key, ""), **append._tail_params(view, 40)}
         cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
         (plan,) = cursor.fetchone()[0]
 
