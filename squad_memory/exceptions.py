@@ -47,5 +47,9 @@ class SummarizerBadReply(SummarizerError):
     """The summarizer's backend answered, but not with a usable summary text."""
 
 
+class SearchTimeout(SquadMemoryError):
+    """A search of message text ran past ``SEARCH_TIMEOUT`` seconds and was stopped."""
+
+
 class ImportFileError(SquadMemoryError, ValueError):
     """A conversation file to import has invalid lines; nothing was stored."""

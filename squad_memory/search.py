@@ -8,11 +8,16 @@ word must occur, case-insensitively.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections
+from django.db import OperationalError, connections, transaction
 from django.db.models import BooleanField, F, Func, Q, QuerySet, Value
 from django.utils.html import escape
+
+from squad_memory.conf import app_settings
+from squad_memory.exceptions import SearchTimeout
 
 if TYPE_CHECKING:
     from squad_memory.models import Message
@@ -36,10 +41,41 @@ TSVECTOR = "to_tsvector('simple', translate({column}, '<>', '  '))"
 PLANNER_SETTINGS = {"cpu_operator_cost": "1"}
 
 
+#: PostgreSQL's SQLSTATE of a statement cancelled by ``statement_timeout``.
+QUERY_CANCELED = "57014"
+
+
 def plan_with_index(cursor: Any) -> None:
     """PostgreSQL: apply :data:`PLANNER_SETTINGS` to the rest of the current transaction."""
     for name, value in PLANNER_SETTINGS.items():
         cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
+
+
+@contextmanager
+def searching(alias: str) -> Iterator[None]:
+    """On PostgreSQL, run a search's statements (the API's and the admin's) in a transaction
+    where the full-text index is the plan (:func:`plan_with_index`) and each statement stops
+    after ``SEARCH_TIMEOUT`` seconds (``statement_timeout``; 0: none), raising
+    :class:`~squad_memory.exceptions.SearchTimeout`. Elsewhere, as it is."""
+    seconds = app_settings.search_timeout
+    if connections[alias].vendor != "postgresql":
+        yield
+        return
+    try:
+        with transaction.atomic(using=alias):
+            with connections[alias].cursor() as cursor:
+                plan_with_index(cursor)
+                if seconds > 0:
+                    timeout = str(max(int(seconds * 1000), 1))
+                    cursor.execute("SELECT set_config('statement_timeout', %s, true)", [timeout])
+            yield
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != QUERY_CANCELED:
+            raise
+        raise SearchTimeout(
+            f"The search took longer than {seconds:g} seconds and was stopped; "
+            "search for rarer words, or retry later."
+        ) from exc
 
 
 def terms(query: str) -> list[str]:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 
 from squad_memory.models import Slot
+from squad_memory.search import TextMatch
+from tests.search_support import long_histories, plans_of_searches
 
 pytestmark = pytest.mark.django_db
 
@@ -55,3 +61,73 @@ def test_slot_list_searches_message_text_only_with_view_message(
     page = client.get(reverse("admin:squad_memory_slot_changelist"), {"q": "volcanoes"})
     assert page.status_code == 200
     assert (found in page.context["cl"].result_list) == finds
+
+
+@pytest.mark.postgres
+def test_every_search_the_admin_sends_is_answered_by_the_full_text_index(
+    admin_client: Client,
+) -> None:
+    """The slot list's and the slot page's searches run as the API's do: with the planner
+    setting that makes the full-text index the plan (a long message's words take
+    milliseconds to parse, so a plan that parses every row takes seconds)."""
+    slot = long_histories("u-long")
+    changelist = reverse("admin:squad_memory_slot_changelist")
+    page = reverse("admin:squad_memory_slot_change", args=[slot.pk])
+    requests = {
+        "slot list, absent word": lambda: admin_client.get(changelist, {"q": "absentword"}),
+        "slot list, rare word": lambda: admin_client.get(changelist, {"q": "rareword"}),
+        "slot page, absent word": lambda: admin_client.get(page, {"q": "absentword"}),
+    }
+    for name, request in requests.items():
+        plans = plans_of_searches(request)
+        assert plans, name
+        for plan in plans:
+            assert "squad_memory_message_text_fts" in plan, (name, plan)
+
+
+@pytest.fixture
+def slow_text_search(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    """Every statement matching message text takes 2 s; ``SEARCH_TIMEOUT`` is 0.5 s."""
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "SEARCH_TIMEOUT": 0.5}
+    as_sql = TextMatch.as_sql
+
+    def slow(self: TextMatch, *args: Any, **kwargs: Any) -> Any:
+        sql, params = as_sql(self, *args, **kwargs)
+        return f"({sql} AND (SELECT pg_sleep(2)) IS NOT NULL)", params
+
+    monkeypatch.setattr(TextMatch, "as_sql", slow)
+
+
+@pytest.mark.postgres
+@pytest.mark.usefixtures("slow_text_search")
+def test_a_slow_search_of_the_slot_list_is_stopped_and_lists_the_ids_found(
+    admin_client: Client,
+) -> None:
+    by_id = slot_with("needle-fan", "hello")
+    slot_with("alice", "a needle here")
+    started = time.monotonic()
+    page = admin_client.get(reverse("admin:squad_memory_slot_changelist"), {"q": "needle"})
+    assert time.monotonic() - started < 1.9  # no statement ran its 2 s
+    assert page.status_code == 200
+    assert list(page.context["cl"].result_list) == [by_id]
+    shown = [str(message) for message in get_messages(page.wsgi_request)]
+    assert shown == [
+        "The search took longer than 0.5 seconds and was stopped; search for "
+        "rarer words, or retry later. The list shows the slots whose ids match."
+    ]
+
+
+@pytest.mark.postgres
+@pytest.mark.usefixtures("slow_text_search")
+def test_a_slow_search_of_the_slot_page_is_stopped_and_says_so(admin_client: Client) -> None:
+    slot = slot_with("alice", "a needle here")
+    started = time.monotonic()
+    page = admin_client.get(
+        reverse("admin:squad_memory_slot_change", args=[slot.pk]), {"q": "needle"}
+    )
+    assert time.monotonic() - started < 1.9
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "took longer than 0.5 seconds and was stopped" in text
+    assert "go to message #1" not in text and "No message matches." not in text
+    assert 'id="m-1"' in text  # the rest of the page is there

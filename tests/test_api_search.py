@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import random
-import string
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection, connections
 
-import squad_memory
 from squad_memory.models import Slot
+from tests import search_support
 from tests.api_support import Users, client_for, fill, make_user
 from tests.conftest import extra
+from tests.search_support import long_histories, messages_locked, plans_of_searches
 
 extra("rest_framework", "api")  # every test here talks to the REST API
 
@@ -24,11 +20,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.prepared]
 
 
 def say(user: Any, session: str, agent: str, *texts: str) -> None:
-    batch = [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": t}]}
-        for i, t in enumerate(texts)
-    ]
-    squad_memory.get_storage().save_chat_messages_sync(str(user.pk), session, agent, batch)
+    search_support.say(str(user.pk), session, agent, *texts)
 
 
 def test_search_finds_own_messages_newest_first_with_excerpts(users: Users) -> None:
@@ -125,63 +117,17 @@ def test_a_slow_search_is_stopped_after_search_timeout(users: Users, settings: A
     migration or a bulk delete would) is cancelled by SEARCH_TIMEOUT, not left waiting."""
     say(users.owner, "s1", "a1", "needle in a haystack")
     settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "SEARCH_TIMEOUT": 0.5}
-    locker = connections.create_connection("default")
-    locker.inc_thread_sharing()  # the timer's thread may release the lock
-    locker.set_autocommit(False)
-    locker.cursor().execute("LOCK TABLE squad_memory_message IN ACCESS EXCLUSIVE MODE")
-    release = threading.Timer(10, locker.rollback)  # the test ends even without the timeout
-    release.start()
-    try:
+    with messages_locked():
         response = client_for(users.owner).get("/api/search/?q=needle")
-    finally:
-        release.cancel()
-        locker.rollback()
-        locker.close()
-        locker.dec_thread_sharing()
     # 503, not the results the search finds once the timer releases the lock (after 10 s).
     assert response.status_code == 503, response.content
     assert "0.5 seconds" in response.json()["detail"] and int(response["Retry-After"]) > 0
     assert len(client_for(users.owner).get("/api/search/?q=needle").json()["results"]) == 1
 
 
-def long_text(rng: random.Random, words: list[str], size: int = 57_000) -> str:
-    return " ".join(rng.choices(words, k=size // 7))[:size]
-
-
 @pytest.fixture
-def long_messages(users: Users) -> Any:
-    """Two slots of long messages (their text lives in TOAST, so the table looks small to the
-    planner, though each row's words take milliseconds to parse), analysed as autovacuum
-    would; "rareword" occurs in two messages."""
-    rng = random.Random(7)
-    vocabulary = [
-        "".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 9))) for _ in range(4000)
-    ]
-    for session in ("s1", "s2"):
-        texts = [long_text(rng, vocabulary) for _ in range(30)]
-        texts[5] += " rareword"
-        say(users.owner, session, "a1", *texts)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE squad_memory_message")
-        cursor.execute("ANALYZE squad_memory_slot")
-    return Slot.objects.get(session_id="s1")
-
-
-def plans_of_searches(request: Callable[[], Any]) -> list[str]:
-    """The plan of each statement matching text that ``request`` runs, explained on the same
-    cursor just before it runs (inside the request's transaction and its settings)."""
-    plans: list[str] = []
-
-    def explain(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if "websearch_to_tsquery" in sql and not sql.startswith("EXPLAIN"):
-            context["cursor"].execute("EXPLAIN " + sql, params)
-            plans.append("\n".join(row[0] for row in context["cursor"].fetchall()))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(explain):
-        response = request()
-    assert response.status_code == 200, response.content
-    return plans
+def long_messages(users: Users) -> Slot:
+    return long_histories(str(users.owner.pk))
 
 
 @pytest.mark.postgres

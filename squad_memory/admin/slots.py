@@ -9,21 +9,25 @@ from collections.abc import Iterator
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import display_for_value, flatten_fieldsets
+from django.contrib.admin.views.main import SEARCH_VAR
+from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.template.response import SimpleTemplateResponse
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
 from squad_memory.admin.actions import SlotActionsAdmin
 from squad_memory.compression.policy import limits_problems
+from squad_memory.exceptions import SearchTimeout
 from squad_memory.models import Compression, Limits, Message, Slot, SlotState
 from squad_memory.operations import forgetting
 from squad_memory.permissions import COMPRESSION, MESSAGE, can_view
 from squad_memory.rules import visible
-from squad_memory.search import MAX_QUERY_LENGTH, matching
+from squad_memory.search import MAX_QUERY_LENGTH, matching, searching
 
 #: The admin's words for each state (the model's own labels).
 STATE_LABELS = dict(SlotState.choices)
@@ -145,16 +149,51 @@ class SlotAdmin(SlotActionsAdmin):
             columns.insert(0, "namespace")
         return columns
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """A list searched by message text is read and rendered as the API's searches run
+        (:func:`squad_memory.search.searching`): the full-text index is the plan, and a
+        search past ``SEARCH_TIMEOUT`` is stopped; the list then shows the slots found by
+        id, and says so."""
+        if request.method != "GET" or not self._searches_text(
+            request, request.GET.get(SEARCH_VAR, "")
+        ):
+            return super().changelist_view(request, extra_context)
+        try:
+            with searching(router.db_for_read(Message)):
+                response = super().changelist_view(request, extra_context)
+                if isinstance(response, SimpleTemplateResponse):
+                    response.render()  # its queries, inside the search's transaction
+                return response
+        except SearchTimeout as exc:
+            request.squad_memory_text_search_stopped = True  # type: ignore[attr-defined]
+            message = f"{exc} The list shows the slots whose ids match."
+            self.message_user(request, message, messages.WARNING)
+            return super().changelist_view(request, extra_context)
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Slot], search_term: str
     ) -> tuple[QuerySet[Slot], bool]:
         """By ids, and, for those who may read messages, by the text of their messages."""
         by_key, duplicates = super().get_search_results(request, queryset, search_term)
-        term = search_term.strip()[:MAX_QUERY_LENGTH]
-        if not term or "\x00" in term or not can_view(request.user, MESSAGE):
+        if not self._searches_text(request, search_term):
             return by_key, duplicates
-        messages = matching(Message.objects.all(), term).values("slot_id")
-        return by_key | queryset.filter(pk__in=messages), duplicates
+        term = search_term.strip()[:MAX_QUERY_LENGTH]
+        found = matching(Message.objects.all(), term).values("slot_id")
+        return by_key | queryset.filter(pk__in=found), duplicates
+
+    def _searches_text(self, request: HttpRequest, search_term: str) -> bool:
+        """Whether a search looks in message text: words, for a user who may read messages,
+        unless that search was stopped."""
+        term = search_term.strip()
+        if (
+            not term
+            or "\x00" in term
+            or getattr(request, "squad_memory_text_search_stopped", False)
+        ):
+            return False
+        return can_view(request.user, MESSAGE)
 
     @admin.display(description=_("user id"), ordering="user_id")
     def visible_user_id(self, slot: Slot) -> str:

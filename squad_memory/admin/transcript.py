@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from django.db import router
 from django.http import HttpRequest
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from squad_memory.compression import log
+from squad_memory.exceptions import SearchTimeout
 from squad_memory.models import DJANGO_NAMESPACE, Compression, Message, Outcome, Slot
-from squad_memory.search import MAX_QUERY_LENGTH, excerpt, matching
+from squad_memory.search import MAX_QUERY_LENGTH, excerpt, matching, searching
 
 
 @dataclass
@@ -231,15 +233,22 @@ class Search:
     query: str
     hits: list[Hit]
     more: bool
+    #: Why the search was stopped (``SEARCH_TIMEOUT``), if it was.
+    stopped: str = ""
 
 
 def search(request: HttpRequest, slot: Slot, limit: int) -> Search:
-    """The hits of ``?q=`` in the slot's raw history, oldest first (one query)."""
+    """The hits of ``?q=`` in the slot's raw history, oldest first (one query, run as the
+    API's searches run: :func:`squad_memory.search.searching`)."""
     query = request.GET.get("q", "").strip()[:MAX_QUERY_LENGTH]
     if not query or "\x00" in query:
         return Search(query, [], False)
     rows = matching(Message.objects.filter(slot=slot), query).order_by("seq")
-    found = list(rows.values_list("seq", "role", "text")[: limit + 1])
+    try:
+        with searching(router.db_for_read(Message)):
+            found = list(rows.values_list("seq", "role", "text")[: limit + 1])
+    except SearchTimeout as exc:
+        return Search(query, [], False, stopped=str(exc))
     # excerpt() escapes the text; it adds only <mark> tags.
     hits = [Hit(seq, role, mark_safe(excerpt(text, query))) for seq, role, text in found[:limit]]
     return Search(query, hits, len(found) > limit)

@@ -12,7 +12,7 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 from urllib.parse import quote
 
-from django.db import OperationalError, connections, transaction
+from django.db import transaction
 from django.db.models import Max, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Substr
 from django.urls import reverse
@@ -44,7 +44,7 @@ from squad_memory.api.docs import (
 )
 from squad_memory.api.formats import RENDERERS, LimitedJSONParser, SafeJSONRenderer
 from squad_memory.api.pagination import ByActivity, BySeq, NewestFirst
-from squad_memory.conf import app_settings
+from squad_memory.exceptions import SearchTimeout
 from squad_memory.models import Message, Outcome, Slot, SlotQuerySet
 from squad_memory.operations import forgetting
 from squad_memory.operations.idempotency import (
@@ -72,8 +72,6 @@ SESSION_SLOT_FIELDS = (
     "last_role",
     "updated_at",
 )
-#: SQLSTATE of a statement cancelled by ``statement_timeout`` (PostgreSQL).
-QUERY_CANCELED = "57014"
 
 
 def query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
@@ -113,28 +111,12 @@ def fresh(slot: Slot) -> Slot:
 
 @contextmanager
 def searching(alias: str) -> Iterator[None]:
-    """On PostgreSQL, a search's statements run in a transaction where the full-text index
-    is the plan (:func:`squad_memory.search.plan_with_index`), and stop after
-    ``SEARCH_TIMEOUT`` seconds (``statement_timeout``): a 503 that says so."""
-    seconds = app_settings.search_timeout
-    if connections[alias].vendor != "postgresql":
-        yield
-        return
+    """:func:`squad_memory.search.searching`, its timeout a 503 that says so."""
     try:
-        with transaction.atomic(using=alias):
-            with connections[alias].cursor() as cursor:
-                search.plan_with_index(cursor)
-                if seconds > 0:
-                    timeout = str(max(int(seconds * 1000), 1))
-                    cursor.execute("SELECT set_config('statement_timeout', %s, true)", [timeout])
+        with search.searching(alias):
             yield
-    except OperationalError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) != QUERY_CANCELED:
-            raise
-        raise errors.Unavailable(
-            f"The search took longer than {seconds:g} seconds and was stopped; "
-            "search for rarer words, or retry later."
-        ) from exc
+    except SearchTimeout as exc:
+        raise errors.Unavailable(str(exc)) from exc
 
 
 class SlotAccess(BasePermission):

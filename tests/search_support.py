@@ -1,0 +1,83 @@
+"""What the search tests of the API and of the admin share: histories of long messages,
+the plans of the searches a request runs, and a message table locked by another session."""
+
+from __future__ import annotations
+
+import random
+import string
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connection, connections
+
+import squad_memory
+from squad_memory.models import Slot
+
+
+def say(user_id: str, session: str, agent: str, *texts: str) -> None:
+    batch = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": t}]}
+        for i, t in enumerate(texts)
+    ]
+    squad_memory.get_storage().save_chat_messages_sync(user_id, session, agent, batch)
+
+
+def long_text(rng: random.Random, words: list[str], size: int = 57_000) -> str:
+    return " ".join(rng.choices(words, k=size // 7))[:size]
+
+
+def long_histories(user_id: str) -> Slot:
+    """Two slots of long messages (their text lives in TOAST, so the table looks small to the
+    planner, though each row's words take milliseconds to parse), analysed as autovacuum
+    would; "rareword" occurs in two messages. The first slot."""
+    rng = random.Random(7)
+    vocabulary = [
+        "".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 9))) for _ in range(4000)
+    ]
+    for session in ("s1", "s2"):
+        texts = [long_text(rng, vocabulary) for _ in range(30)]
+        texts[5] += " rareword"
+        say(user_id, session, "a1", *texts)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE squad_memory_message")
+        cursor.execute("ANALYZE squad_memory_slot")
+    return Slot.objects.get(user_id=user_id, session_id="s1")
+
+
+def plans_of_searches(request: Callable[[], Any]) -> list[str]:
+    """The plan of each statement matching text that ``request`` runs, explained on the same
+    cursor just before it runs (inside the request's transaction and its settings)."""
+    plans: list[str] = []
+
+    def explain(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if "websearch_to_tsquery" in sql and not sql.startswith("EXPLAIN"):
+            context["cursor"].execute("EXPLAIN " + sql, params)
+            plans.append("\n".join(row[0] for row in context["cursor"].fetchall()))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(explain):
+        response = request()
+    assert response.status_code == 200, response.content
+    return plans
+
+
+@contextmanager
+def messages_locked() -> Iterator[None]:
+    """The message table locked by another session (as a long migration or a bulk delete
+    would) for the block, or for 10 s at most, so that a test ends even if nothing stops
+    a search waiting on it."""
+    locker = connections.create_connection("default")
+    locker.inc_thread_sharing()  # the timer's thread may release the lock
+    locker.set_autocommit(False)
+    locker.cursor().execute("LOCK TABLE squad_memory_message IN ACCESS EXCLUSIVE MODE")
+    release = threading.Timer(10, locker.rollback)
+    release.start()
+    try:
+        yield
+    finally:
+        release.cancel()
+        locker.rollback()
+        locker.close()
+        locker.dec_thread_sharing()
