@@ -10,7 +10,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,8 @@ TIERS = {
 
 
 def tier(item: pytest.Item) -> str:
-    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+    found = getattr(item, "module", None)
+    module = found.__name__.rsplit(".", 1)[-1] if found else ""
     if module.startswith("test_bench"):
         return "bench"
     for name, modules in TIERS.items():
@@ -117,7 +118,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.django_db(transaction=True), append=False)
         if not needs_a_database(item):
             item.add_marker("nodb")
-        if item.get_closest_marker("postgres"):  # a copy: parametrized items share the list
+        if item.get_closest_marker("postgres") and isinstance(item, pytest.Function):
+            # a copy: parametrized items share the list
             item.fixturenames = ["_needs_postgres", *item.fixturenames]
 
 
@@ -129,6 +131,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     for item in session.items:
         if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+            assert isinstance(item, pytest.Function), item
             item.fixturenames.insert(0, "_ungrouped")
 
 
@@ -191,7 +194,7 @@ def msg(role: str, text: str) -> ConversationMessage:
     return ConversationMessage(role=role, content=[{"text": text}])
 
 
-def buffer_of(slot: Any) -> list[dict[str, Any]]:
+def buffer_of(slot: Any) -> list[Mapping[str, Any]]:
     """What ``fetch_chat`` shows of ``slot`` now (its buffer), under the settings' sizes."""
     from squad_memory.models import Limits, Slot
 
