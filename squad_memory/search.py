@@ -53,10 +53,12 @@ def plan_with_index(cursor: Any) -> None:
 
 @contextmanager
 def searching(alias: str) -> Iterator[None]:
-    """On PostgreSQL, run a search's statements (the API's and the admin's) in a transaction
-    where the full-text index is the plan (:func:`plan_with_index`) and each statement stops
-    after ``SEARCH_TIMEOUT`` seconds (``statement_timeout``; 0: none), raising
-    :class:`~squad_memory.exceptions.SearchTimeout`. Elsewhere, as it is."""
+    """On PostgreSQL, run a search's statements (the API's and the admin's; they only read)
+    in a transaction, or a savepoint of the caller's, where the full-text index is the plan
+    (:func:`plan_with_index`) and each statement stops after ``SEARCH_TIMEOUT`` seconds
+    (``statement_timeout``; 0: none), raising :class:`~squad_memory.exceptions.SearchTimeout`.
+    It is rolled back at the end, so that the settings leave with it (a released savepoint
+    would pass them on to the rest of the caller's transaction). Elsewhere, as it is."""
     seconds = app_settings.search_timeout
     if connections[alias].vendor != "postgresql":
         yield
@@ -69,6 +71,7 @@ def searching(alias: str) -> Iterator[None]:
                     timeout = str(max(int(seconds * 1000), 1))
                     cursor.execute("SELECT set_config('statement_timeout', %s, true)", [timeout])
             yield
+            transaction.set_rollback(True, using=alias)
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) != QUERY_CANCELED:
             raise

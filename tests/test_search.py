@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 import squad_memory
 from squad_memory.messages import extract_text
 from squad_memory.models import Message, Slot
-from squad_memory.search import excerpt, matching, terms
+from squad_memory.search import excerpt, matching, searching, terms
 from tests.conftest import msg
 
 pytestmark = [pytest.mark.django_db, pytest.mark.prepared]
@@ -74,11 +74,14 @@ def test_postgres_uses_full_text_words_and_the_gin_index() -> None:
     assert found('"deploy now"') == ["deploy now"]
     assert found("deploy -now") == ["deploy the service"]
     with connection.cursor() as cursor:
-        cursor.execute("SET enable_seqscan = off")
+        # Only bitmap scans left, which need a condition an index answers: the full-text
+        # index is then the plan if the query matches its expression, whatever statistics
+        # other tests left behind (ANALYZE's row counts outlive a rolled-back test).
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_indexscan = off")
         sql, params = matching(Message.objects.all(), "deploy").query.sql_with_params()
         cursor.execute("EXPLAIN " + sql, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
-        cursor.execute("SET enable_seqscan = on")
     assert "squad_memory_message_text_fts" in plan
 
 
@@ -102,3 +105,22 @@ def test_the_query_matches_the_indexed_expression() -> None:
 
     migration = import_module("squad_memory.migrations.0003_message_text")
     assert migration.TSVECTOR == search.TSVECTOR
+
+
+@pytest.mark.postgres
+def test_a_search_inside_a_transaction_leaves_its_settings_behind_it() -> None:
+    """Inside a caller's transaction (the admin's slot page, ATOMIC_REQUESTS) a search is a
+    savepoint; its planner setting and statement_timeout leave with it."""
+
+    def settings() -> tuple[str, str]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT current_setting('statement_timeout'), current_setting('cpu_operator_cost')"
+            )
+            return cursor.fetchone()
+
+    with transaction.atomic():
+        before = settings()
+        with searching(connection.alias):
+            assert settings() == ("5s", "1")
+        assert settings() == before

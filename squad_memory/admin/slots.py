@@ -12,7 +12,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import display_for_value, flatten_fieldsets
 from django.contrib.admin.views.main import SEARCH_VAR
-from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import SimpleTemplateResponse
@@ -153,15 +152,17 @@ class SlotAdmin(SlotActionsAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         """A list searched by message text is read and rendered as the API's searches run
-        (:func:`squad_memory.search.searching`): the full-text index is the plan, and a
-        search past ``SEARCH_TIMEOUT`` is stopped; the list then shows the slots found by
-        id, and says so."""
-        if request.method != "GET" or not self._searches_text(
+        (:func:`squad_memory.search.searching`): the full-text index is the plan, and a page
+        past ``SEARCH_TIMEOUT`` (its search, or any other of its queries) is stopped; the
+        list then shows the slots found by id, and says so. An action posted from such a
+        list runs as Django runs it, outside that transaction (its writes and an inline
+        compression must not be cut short), so its count may parse every message's text."""
+        if request.method not in ("GET", "HEAD") or not self._searches_text(
             request, request.GET.get(SEARCH_VAR, "")
         ):
             return super().changelist_view(request, extra_context)
         try:
-            with searching(router.db_for_read(Message)):
+            with searching(self.get_queryset(request).db):
                 response = super().changelist_view(request, extra_context)
                 if isinstance(response, SimpleTemplateResponse):
                     response.render()  # its queries, inside the search's transaction

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import router
 from django.http import HttpRequest
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -245,7 +244,7 @@ def search(request: HttpRequest, slot: Slot, limit: int) -> Search:
         return Search(query, [], False)
     rows = matching(Message.objects.filter(slot=slot), query).order_by("seq")
     try:
-        with searching(router.db_for_read(Message)):
+        with searching(rows.db):
             found = list(rows.values_list("seq", "role", "text")[: limit + 1])
     except SearchTimeout as exc:
         return Search(query, [], False, stopped=str(exc))
