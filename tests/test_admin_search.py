@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.views.main import SEARCH_VAR
 from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.test import Client
@@ -126,3 +129,52 @@ def test_a_slow_search_of_the_slot_page_is_stopped_and_says_so(admin_client: Cli
     assert "took longer than 0.5 seconds and was stopped" in text
     assert "go to message #1" not in text and "No message matches." not in text
     assert 'id="m-1"' in text  # the rest of the page is there
+
+
+def export_from_search(client: Client, term: str, selected: Slot) -> Any:
+    """ "Export as JSON Lines", confirmed, for every slot of the list searched for ``term``."""
+    data = {
+        "action": "export_selected",
+        ACTION_CHECKBOX_NAME: [selected.pk],
+        "select_across": "1",
+        "post": "yes",
+    }
+    changelist = reverse("admin:squad_memory_slot_changelist")
+    return client.post(f"{changelist}?{SEARCH_VAR}={term}", data)
+
+
+def exported_users(response: Any) -> list[str]:
+    """The users of the slots an export holds (each slot's state line names its slot)."""
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    return sorted(line["slot"]["user_id"] for line in lines if "slot" in line)
+
+
+def test_an_action_on_a_list_searched_by_text_acts_on_the_slots_found(
+    admin_client: Client,
+) -> None:
+    found = slot_with("alice", "talk about volcanoes")
+    slot_with("bob", "talk about rivers")
+    response = export_from_search(admin_client, "volcanoes", found)
+    assert response.status_code == 200
+    assert exported_users(response) == ["alice"]
+
+
+@pytest.mark.postgres
+def test_an_action_on_a_list_searched_by_text_finds_them_through_the_index(
+    admin_client: Client,
+) -> None:
+    slot = long_histories("u-long")
+    plans = plans_of_searches(lambda: export_from_search(admin_client, "absentword", slot))
+    assert plans and all("squad_memory_message_text_fts" in plan for plan in plans), plans
+
+
+@pytest.mark.postgres
+@pytest.mark.usefixtures("slow_text_search")
+def test_an_action_whose_search_is_stopped_does_nothing_and_says_so(
+    admin_client: Client,
+) -> None:
+    found = slot_with("alice", "a needle here")
+    response = export_from_search(admin_client, "needle", found)
+    assert response.status_code == 302  # back to the list, nothing exported
+    (message,) = get_messages(response.wsgi_request)
+    assert "took longer than 0.5 seconds" in str(message) and "Nothing was done." in str(message)

@@ -13,7 +13,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import display_for_value, flatten_fieldsets
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import SimpleTemplateResponse
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
@@ -155,14 +155,15 @@ class SlotAdmin(SlotActionsAdmin):
         (:func:`squad_memory.search.searching`): the full-text index is the plan, and a page
         past ``SEARCH_TIMEOUT`` (its search, or any other of its queries) is stopped; the
         list then shows the slots found by id, and says so. An action posted from such a
-        list runs as Django runs it, outside that transaction (its writes and an inline
-        compression must not be cut short), so its count may parse every message's text."""
-        if request.method not in ("GET", "HEAD") or not self._searches_text(
-            request, request.GET.get(SEARCH_VAR, "")
-        ):
+        list: see :meth:`_posted_from_search`."""
+        term = request.GET.get(SEARCH_VAR, "")
+        if not self._searches_text(request, term):
             return super().changelist_view(request, extra_context)
+        db = self.get_queryset(request).db
+        if request.method not in ("GET", "HEAD"):
+            return self._posted_from_search(request, db, term, extra_context)
         try:
-            with searching(self.get_queryset(request).db):
+            with searching(db):
                 response = super().changelist_view(request, extra_context)
                 if isinstance(response, SimpleTemplateResponse):
                     response.render()  # its queries, inside the search's transaction
@@ -173,6 +174,23 @@ class SlotAdmin(SlotActionsAdmin):
             self.message_user(request, message, messages.WARNING)
             return super().changelist_view(request, extra_context)
 
+    def _posted_from_search(
+        self, request: HttpRequest, db: str, term: str, extra_context: dict[str, Any] | None
+    ) -> HttpResponse:
+        """An action posted from a list searched by message text: the slots whose messages
+        match are found first, as a search (their ids), then the action runs as Django runs
+        it, outside the search's transaction (its writes and an inline compression must not
+        be cut short). A search that is stopped does nothing, and says so."""
+        try:
+            with searching(db):
+                rows = matching(Message.objects.using(db).all(), term.strip()[:MAX_QUERY_LENGTH])
+                ids = list(rows.order_by().values_list("slot_id", flat=True).distinct())
+        except SearchTimeout as exc:
+            self.message_user(request, f"{exc} Nothing was done.", messages.WARNING)
+            return HttpResponseRedirect(request.get_full_path())
+        request.squad_memory_text_matches = ids  # type: ignore[attr-defined]
+        return super().changelist_view(request, extra_context)
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Slot], search_term: str
     ) -> tuple[QuerySet[Slot], bool]:
@@ -180,8 +198,10 @@ class SlotAdmin(SlotActionsAdmin):
         by_key, duplicates = super().get_search_results(request, queryset, search_term)
         if not self._searches_text(request, search_term):
             return by_key, duplicates
-        term = search_term.strip()[:MAX_QUERY_LENGTH]
-        found = matching(Message.objects.all(), term).values("slot_id")
+        found: Any = getattr(request, "squad_memory_text_matches", None)
+        if found is None:
+            term = search_term.strip()[:MAX_QUERY_LENGTH]
+            found = matching(Message.objects.all(), term).values("slot_id")
         return by_key | queryset.filter(pk__in=found), duplicates
 
     def _searches_text(self, request: HttpRequest, search_term: str) -> bool:
