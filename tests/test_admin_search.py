@@ -132,7 +132,8 @@ def test_a_slow_search_of_the_slot_page_is_stopped_and_says_so(admin_client: Cli
 
 
 def export_from_search(client: Client, term: str, selected: Slot) -> Any:
-    """ "Export as JSON Lines", confirmed, for every slot of the list searched for ``term``."""
+    """The action "Export as JSON Lines", confirmed, for every slot of the list searched
+    for ``term``."""
     data = {
         "action": "export_selected",
         ACTION_CHECKBOX_NAME: [selected.pk],

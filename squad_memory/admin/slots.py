@@ -183,8 +183,7 @@ class SlotAdmin(SlotActionsAdmin):
         be cut short). A search that is stopped does nothing, and says so."""
         try:
             with searching(db):
-                rows = matching(Message.objects.using(db).all(), term.strip()[:MAX_QUERY_LENGTH])
-                ids = list(rows.order_by().values_list("slot_id", flat=True).distinct())
+                ids = list(_text_matches(db, term).distinct())
         except SearchTimeout as exc:
             self.message_user(request, f"{exc} Nothing was done.", messages.WARNING)
             return HttpResponseRedirect(request.get_full_path())
@@ -200,8 +199,7 @@ class SlotAdmin(SlotActionsAdmin):
             return by_key, duplicates
         found: Any = getattr(request, "squad_memory_text_matches", None)
         if found is None:
-            term = search_term.strip()[:MAX_QUERY_LENGTH]
-            found = matching(Message.objects.all(), term).values("slot_id")
+            found = _text_matches(queryset.db, search_term)
         return by_key | queryset.filter(pk__in=found), duplicates
 
     def _searches_text(self, request: HttpRequest, search_term: str) -> bool:
@@ -304,6 +302,12 @@ class SlotAdmin(SlotActionsAdmin):
         if seq:
             number = max((seq - 1) // size + 1, 1)
         return transcript.raw_page(slot, number or transcript.page_count(slot, size), size, until)
+
+
+def _text_matches(db: str, search_term: str) -> QuerySet[Message, int]:
+    """The ids of the slots whose messages' text matches a list's search (one per message)."""
+    rows = matching(Message.objects.using(db).all(), search_term.strip()[:MAX_QUERY_LENGTH])
+    return rows.order_by().values_list("slot_id", flat=True)
 
 
 def _int(value: str | None) -> int:
