@@ -190,7 +190,12 @@ def _unconnected(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> 
 
 def database_threads() -> DatabaseThreads:
     """The process's database threads (``DATABASE_THREADS`` of them)."""
-    return _database_threads(app_settings.database_threads, os.getpid())
+    key = (app_settings.database_threads, os.getpid())
+    pool = _DATABASE_THREADS.get(key)
+    if pool is None:  # setdefault: two threads asking at once get the same pool
+        new = DatabaseThreads(key[0], "squad-memory-db", finalizer=connections.close_all)
+        pool = _DATABASE_THREADS.setdefault(key, new)
+    return pool
 
 
 def summarizer_threads() -> ThreadPoolExecutor:
@@ -199,10 +204,9 @@ def summarizer_threads() -> ThreadPoolExecutor:
 
 
 # One pool per size and process: a forked child (a Celery or a gunicorn worker) starts pools
-# of its own, and a changed setting takes effect on the next call.
-@functools.cache
-def _database_threads(size: int, pid: int) -> DatabaseThreads:
-    return DatabaseThreads(size, "squad-memory-db", finalizer=connections.close_all)
+# of its own, and a changed setting takes effect on the next call (the pool of the old size
+# keeps its threads until close_database_threads).
+_DATABASE_THREADS: dict[tuple[int, int], DatabaseThreads] = {}
 
 
 @functools.cache
@@ -227,6 +231,7 @@ class DatabaseThreads(Executor):
 
     def __init__(self, size: int, name: str, finalizer: Callable[[], None]) -> None:
         self.size, self.name, self.finalizer = size, name, finalizer
+        self.pid = os.getpid()  # the process whose threads these are
         self._lock = threading.Lock()
         self._idle: list[queue.SimpleQueue[Any]] = []  # the threads' inboxes, last idle on top
         self._threads: list[threading.Thread] = []
@@ -298,9 +303,14 @@ class DatabaseThreads(Executor):
 
 
 def close_database_threads(timeout: float = 10.0) -> None:
-    """Close the connections of every database thread and stop the threads (the next call
-    starts new ones): at a process's shutdown, or after a test that changed the databases."""
-    pool = database_threads()
-    _database_threads.cache_clear()
+    """Close the connections of every database thread of this process, whatever the
+    ``DATABASE_THREADS`` it started under, and stop the threads (the next call starts new
+    ones): at a process's shutdown, or after a test that changed the databases or that
+    setting. Waits ``timeout`` seconds at most in all."""
+    pid = os.getpid()
+    pools = [_DATABASE_THREADS.pop(key) for key in list(_DATABASE_THREADS)]
     _served_on.cache_clear()
-    pool.shutdown(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    for pool in pools:
+        if pool.pid == pid:  # a forked child's copies of its parent's pools have no threads
+            pool.shutdown(timeout=max(0.0, deadline - time.monotonic()))

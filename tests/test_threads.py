@@ -48,6 +48,16 @@ def primed(summarizer: Any) -> SummarizingChatStorage:
     return storage
 
 
+def primed_on_its_thread(summarizer: Any) -> SummarizingChatStorage:
+    """:func:`primed`, on a thread that ends after it (``asyncio.to_thread``): the thread's
+    connection closes here, as nothing else would close it (it outlives the thread until the
+    garbage collector finds it, or until the process ends)."""
+    try:
+        return primed(summarizer)
+    finally:
+        connection.close()
+
+
 async def others_turns(storage: SummarizingChatStorage, count: int) -> None:
     """Turns of other conversations, each one fetch and one save."""
     for i in range(count):
@@ -101,7 +111,7 @@ def test_no_conversation_waits_on_an_async_summary() -> None:
             await release.wait()
             return summarizers.fold(history, keep_last)
 
-        storage = await asyncio.to_thread(primed, summarizer)
+        storage = await asyncio.to_thread(primed_on_its_thread, summarizer)
         slow = asyncio.create_task(storage.save_chat_message(*SLOW, msg("assistant", "a3")))
         await asyncio.wait_for(entered.wait(), 10)
         await others_turns(storage, 5)
@@ -149,6 +159,23 @@ async def conversations(storage: Any, count: int, turns: int) -> None:
 
 def database_threads() -> set[str]:
     return {t.name for t in threading.enumerate() if t.name.startswith("squad-memory-db")}
+
+
+def test_closing_the_database_threads_stops_those_of_every_size_the_setting_had() -> None:
+    """A changed ``DATABASE_THREADS`` starts a pool of the new size on the next call; the
+    pool of the old size stops with the others when the threads are closed, and its
+    connections with it (they kept the test database from being dropped)."""
+
+    async def count() -> int:
+        return await database(Slot.objects.count)
+
+    assert asyncio.run(count()) == 0
+    with override_settings(SQUAD_MEMORY={"DATABASE_THREADS": 1}):
+        assert asyncio.run(count()) == 0
+    started = [t for t in threading.enumerate() if t.name.startswith("squad-memory-db")]
+    assert len(started) >= 2  # a thread of each pool
+    close_database_threads()
+    assert not any(thread.is_alive() for thread in started)
 
 
 @pytest.mark.postgres  # SQLite's in-memory test database locks whole tables across threads
