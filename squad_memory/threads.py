@@ -231,7 +231,6 @@ class DatabaseThreads(Executor):
 
     def __init__(self, size: int, name: str, finalizer: Callable[[], None]) -> None:
         self.size, self.name, self.finalizer = size, name, finalizer
-        self.pid = os.getpid()  # the process whose threads these are
         self._lock = threading.Lock()
         self._idle: list[queue.SimpleQueue[Any]] = []  # the threads' inboxes, last idle on top
         self._threads: list[threading.Thread] = []
@@ -307,10 +306,9 @@ def close_database_threads(timeout: float = 10.0) -> None:
     ``DATABASE_THREADS`` it started under, and stop the threads (the next call starts new
     ones): at a process's shutdown, or after a test that changed the databases or that
     setting. Waits ``timeout`` seconds at most in all."""
-    pid = os.getpid()
-    pools = [_DATABASE_THREADS.pop(key) for key in list(_DATABASE_THREADS)]
+    pools = [(pid, _DATABASE_THREADS.pop((size, pid))) for size, pid in list(_DATABASE_THREADS)]
     _served_on.cache_clear()
     deadline = time.monotonic() + timeout
-    for pool in pools:
-        if pool.pid == pid:  # a forked child's copies of its parent's pools have no threads
+    for pid, pool in pools:
+        if pid == os.getpid():  # a forked child's copies of its parent's pools have no threads
             pool.shutdown(timeout=max(0.0, deadline - time.monotonic()))

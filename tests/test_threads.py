@@ -157,8 +157,8 @@ async def conversations(storage: Any, count: int, turns: int) -> None:
     await asyncio.gather(*(one(n) for n in range(count)))
 
 
-def database_threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.name.startswith("squad-memory-db")}
+def database_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("squad-memory-db")]
 
 
 def test_closing_the_database_threads_stops_those_of_every_size_the_setting_had() -> None:
@@ -172,7 +172,7 @@ def test_closing_the_database_threads_stops_those_of_every_size_the_setting_had(
     assert asyncio.run(count()) == 0
     with override_settings(SQUAD_MEMORY={"DATABASE_THREADS": 1}):
         assert asyncio.run(count()) == 0
-    started = [t for t in threading.enumerate() if t.name.startswith("squad-memory-db")]
+    started = database_threads()
     assert len(started) >= 2  # a thread of each pool
     close_database_threads()
     assert not any(thread.is_alive() for thread in started)
