@@ -163,7 +163,7 @@ class Run:
             return list(pool.map(work, items))
 
     def turns(self) -> None:
-        """W1, W2, W3 on each database."""
+        """W1, W2, W3 on each database; W1 on PostgreSQL with prepared statements."""
         self.results["systems"], self.results["W2"], self.results["W3"] = {}, {}, {}
 
         def one(db: str) -> tuple[str, Any]:
@@ -175,6 +175,9 @@ class Run:
             self.results["systems"].update(found["systems"])
             self.results["W2"].update(found["W2"])
             self.results["W3"][db] = found["W3"]
+        # W1 again on PostgreSQL with psycopg preparing the statements (Django's OPTIONS).
+        found = self.step("turns-prepared", PG_URL, {"BENCH_PREPARED": "1"})
+        self.results["systems"].update(found["systems"])
 
     def concurrency(self) -> None:
         """W4 on PostgreSQL, each run in a process of its own."""

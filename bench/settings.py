@@ -18,3 +18,5 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F
     OPTIONS["application_name"] = os.environ.get("BENCH_APPLICATION_NAME", "squad-memory-bench")
     if os.environ.get("BENCH_POOL") == "1":  # Django's connection pool (psycopg_pool)
         OPTIONS["pool"] = True
+    if os.environ.get("BENCH_PREPARED") == "1":  # as the PostgreSQL how-to shows
+        OPTIONS |= {"server_side_binding": True, "prepare_threshold": 5}

@@ -27,6 +27,10 @@ from squad_memory.models import Message, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 
 SlotId = tuple[str, str, str]
+#: Whether psycopg prepares the statements the connection repeats (Django's OPTIONS).
+PREPARED = bool(connection.settings_dict.get("OPTIONS", {}).get("server_side_binding"))
+#: The database as the systems' labels name it.
+DATABASE = f"{connection.display_name}{', prepared statements' if PREPARED else ''}"
 TRIGGER_AT, KEEP_LAST = 20, 2  # every summarizing store: compress past 20 pairs, keep 2
 WINDOW = 2 * TRIGGER_AT  # the floors read the slot's newest 40 rows
 FIELDS = ("slot", "seq", "role", "content", "citations", "timestamp", "text", "tokens")
@@ -136,7 +140,7 @@ class SquadMemory(System):
     """``SummarizingChatStorage(DjangoChatStorage(), ...)`` through its async API."""
 
     def __init__(self, mode: str = "inline", summarizer: str = "bench.systems.summarize") -> None:
-        self.mode, self.label = mode, f"squad_memory {mode} ({connection.display_name})"
+        self.mode, self.label = mode, f"squad_memory {mode} ({DATABASE})"
         self.storage = SummarizingChatStorage(
             DjangoChatStorage(), summarizer, TRIGGER_AT, KEEP_LAST, mode=mode
         )
@@ -163,7 +167,7 @@ class SquadMemoryOneThread(SquadMemory):
 
     def __init__(self) -> None:
         super().__init__()
-        self.label = f"squad_memory inline, one thread ({connection.display_name})"
+        self.label = f"squad_memory inline, one thread ({DATABASE})"
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="one-thread")
 
     def hop(self, func: Any) -> Any:
@@ -185,7 +189,7 @@ class DjangoFloor(System):
     kind = "Django's floor"
 
     def __init__(self) -> None:
-        self.label = f"{self.kind} ({connection.display_name})"
+        self.label = f"{self.kind} ({DATABASE})"
         self.slots: dict[SlotId, list[int]] = {}  # slot -> [row id, last seq]
         m, s = Message._meta, Slot._meta
         self.messages, self.slot_table = m.db_table, s.db_table
@@ -365,9 +369,11 @@ class LangChain(System):
 def contenders(work: Path, slow: bool = False) -> dict[str, System]:
     """The systems of the database Django is connected to, by id; with ``slow``, those W2
     runs, with the slow summarizer."""
-    db = connection.vendor
+    db = connection.vendor + ("_prepared" if PREPARED else "")
     summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
     found: dict[str, System] = {f"sm-inline-{db}": SquadMemory("inline", summarizer)}
+    if PREPARED:  # the turn against its floors, as the PostgreSQL how-to configures it
+        return found | {f"floor-django-{db}": DjangoFloor(), f"floor-contract-{db}": ContractFloor()}
     if db == "postgresql":
         found["sm-celery-postgresql"] = SquadMemory("celery", summarizer)
     if db == "sqlite":

@@ -238,10 +238,13 @@ async def conversations(run: str, count_: int, spec: dict[str, Any]) -> dict[str
 
 async def step(spec: dict[str, Any]) -> dict[str, Any]:
     """One step of the run (``spec`` from :meth:`bench.__main__.Run.step`): W4's run at each
-    count of conversations, or W1, W2 and W3 on this database."""
+    count of conversations, or W1, W2 and W3 on this database (W1 alone where it prepares
+    statements)."""
     p, run, c = spec["params"], spec["run"], spec.get("concurrency")
     if c:
         return {str(k): await conversations(run, k, c) for k in p["counts"]}
+    if systems.PREPARED:  # W1 alone: the turn against its floors
+        return {"systems": await growth(systems.contenders(Path(spec["work"])), run, p)}
     slow = systems.contenders(Path(spec["work"]), slow=True)
     return {
         "systems": await growth(systems.contenders(Path(spec["work"])), run, p),

@@ -84,6 +84,9 @@ SYSTEMS = {
     "floor-django-postgresql",
     "floor-contract-sqlite",
     "floor-contract-postgresql",
+    "sm-inline-postgresql_prepared",  # W1 alone, with psycopg's prepared statements
+    "floor-django-postgresql_prepared",
+    "floor-contract-postgresql_prepared",
     "as-inmemory",
     "as-libsql",
     "langchain",
@@ -141,5 +144,7 @@ def test_the_results_page_and_plots_are_written(quick_run: dict[str, Any]) -> No
     for heading in ("## Goals", "## W1", "### Ratios per turn", "## W2", "## W3", "## W4"):
         assert heading in page, heading
     assert "python -m bench --quick" in page and "contract floor (postgresql)" in page
+    assert "squad_memory inline (PostgreSQL, prepared statements)" in page
+    assert "the contract floor (postgresql, prepared statements)" in page  # a goal
     for plot in ("w1_turn.png", "w2_latency.png", "w4_concurrency.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
