@@ -84,7 +84,7 @@ def goals(r: dict[str, Any]) -> list[dict[str, Any]]:
                 goal = f"turn no slower than on one thread ({db}, within 5%), N={n:,}"
                 add(goal, got, lambda v: v <= 1.05)
         flat = ratio(turn(r, sm, sizes[-1]), turn(r, sm, sizes[0]))
-        goal = f"turn flat in N ({db}): N={sizes[-1]:,} within 1.3x N={sizes[0]:,}"
+        goal = f"turn flat in N ({name}): N={sizes[-1]:,} within 1.3x N={sizes[0]:,}"
         add(goal, flat, lambda v: v <= 1.3)
     for n in (sizes[0], sizes[-1]):
         got = ratio(turn(r, "as-libsql", n), turn(r, "sm-inline-sqlite", n))
