@@ -129,9 +129,8 @@ def w1(r: dict[str, Any]) -> dict[str, str]:
         for floor, name in FLOORS.items():
             base = f"{floor}-{db}"
             if sid.startswith(("sm-", "floor-contract")) and sid != base and base in r["systems"]:
-                floors.append(
-                    {"system": got["label"], "floor": f"{name} ({database(db)})", **ratios(r, sid, base)}
-                )
+                floor_name = f"{name} ({database(db)})"
+                floors.append({"system": got["label"], "floor": floor_name, **ratios(r, sid, base)})
     rivals = [
         {"store": name, **ratios(r, sid, "sm-inline-sqlite")}
         for sid, name in RIVALS.items()

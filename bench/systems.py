@@ -373,7 +373,8 @@ def contenders(work: Path, slow: bool = False) -> dict[str, System]:
     summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
     found: dict[str, System] = {f"sm-inline-{db}": SquadMemory("inline", summarizer)}
     if PREPARED:  # the turn against its floors, as the PostgreSQL how-to configures it
-        return found | {f"floor-django-{db}": DjangoFloor(), f"floor-contract-{db}": ContractFloor()}
+        found[f"floor-django-{db}"], found[f"floor-contract-{db}"] = DjangoFloor(), ContractFloor()
+        return found
     if db == "postgresql":
         found["sm-celery-postgresql"] = SquadMemory("celery", summarizer)
     if db == "sqlite":
