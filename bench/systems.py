@@ -29,8 +29,6 @@ from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
 SlotId = tuple[str, str, str]
 #: Whether psycopg prepares the statements the connection repeats (Django's OPTIONS).
 PREPARED = bool(connection.settings_dict.get("OPTIONS", {}).get("server_side_binding"))
-#: The database as the systems' labels name it.
-DATABASE = f"{connection.display_name}{', prepared statements' if PREPARED else ''}"
 TRIGGER_AT, KEEP_LAST = 20, 2  # every summarizing store: compress past 20 pairs, keep 2
 WINDOW = 2 * TRIGGER_AT  # the floors read the slot's newest 40 rows
 FIELDS = ("slot", "seq", "role", "content", "citations", "timestamp", "text", "tokens")
@@ -39,6 +37,11 @@ ANSWER = (
     "Your order is packed and leaves the warehouse tomorrow morning; the delivery address "
     "on file is the one you confirmed last week, and the courier will text you a time slot."
 )
+
+
+def database() -> str:
+    """The database as the systems' labels name it (MySQL's name asks the server)."""
+    return f"{connection.display_name}{', prepared statements' if PREPARED else ''}"
 
 
 # -- the conversation and the summarizer -------------------------------------------------
@@ -140,7 +143,7 @@ class SquadMemory(System):
     """``SummarizingChatStorage(DjangoChatStorage(), ...)`` through its async API."""
 
     def __init__(self, mode: str = "inline", summarizer: str = "bench.systems.summarize") -> None:
-        self.mode, self.label = mode, f"squad_memory {mode} ({DATABASE})"
+        self.mode, self.label = mode, f"squad_memory {mode} ({database()})"
         self.storage = SummarizingChatStorage(
             DjangoChatStorage(), summarizer, TRIGGER_AT, KEEP_LAST, mode=mode
         )
@@ -167,7 +170,7 @@ class SquadMemoryOneThread(SquadMemory):
 
     def __init__(self) -> None:
         super().__init__()
-        self.label = f"squad_memory inline, one thread ({DATABASE})"
+        self.label = f"squad_memory inline, one thread ({database()})"
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="one-thread")
 
     def hop(self, func: Any) -> Any:
@@ -189,7 +192,7 @@ class DjangoFloor(System):
     kind = "Django's floor"
 
     def __init__(self) -> None:
-        self.label = f"{self.kind} ({DATABASE})"
+        self.label = f"{self.kind} ({database()})"
         self.slots: dict[SlotId, list[int]] = {}  # slot -> [row id, last seq]
         m, s = Message._meta, Slot._meta
         self.messages, self.slot_table = m.db_table, s.db_table
