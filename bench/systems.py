@@ -370,20 +370,19 @@ class LangChain(System):
 
 
 def contenders(work: Path, slow: bool = False) -> dict[str, System]:
-    """The systems of the database Django is connected to, by id; with ``slow``, those W2
-    runs, with the slow summarizer."""
+    """The systems of the database Django is connected to, by id (with prepared statements,
+    squad_memory inline and the floors alone); with ``slow``, those W2 runs, with the slow
+    summarizer."""
     db = connection.vendor + ("_prepared" if PREPARED else "")
     summarizer = "bench.systems.summarize_slow" if slow else "bench.systems.summarize"
     found: dict[str, System] = {f"sm-inline-{db}": SquadMemory("inline", summarizer)}
-    if PREPARED:  # the turn against its floors, as the PostgreSQL how-to configures it
-        found[f"floor-django-{db}"], found[f"floor-contract-{db}"] = DjangoFloor(), ContractFloor()
-        return found
     if db == "postgresql":
         found["sm-celery-postgresql"] = SquadMemory("celery", summarizer)
     if db == "sqlite":
         found["as-inmemory"] = AgentSquadInMemory(slow)
     if not slow:
-        found[f"sm-onethread-{db}"] = SquadMemoryOneThread()
+        if not PREPARED:
+            found[f"sm-onethread-{db}"] = SquadMemoryOneThread()
         found[f"floor-django-{db}"] = DjangoFloor()
         found[f"floor-contract-{db}"] = ContractFloor()
         if db == "sqlite":
