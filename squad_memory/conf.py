@@ -36,6 +36,11 @@ DEFAULTS: dict[str, Any] = {
     # connection per thread and database at most) and synchronous summarizers.
     "DATABASE_THREADS": 20,
     "SUMMARIZER_THREADS": 20,
+    # Seconds: a database call of an async caller, a wait on a slot's row lock (by the database
+    # threads' sessions), a summarizer call on a summarizer thread or awaited. None: no bound.
+    "CALL_TIMEOUT": 30.0,
+    "LOCK_TIMEOUT": 10.0,
+    "SUMMARIZER_TIMEOUT": 120.0,
     # Retries of a queued compression (Celery and tasks mode), with exponential backoff.
     "RETRIES": 3,
     "RETRY_BACKOFF": 2,
@@ -128,6 +133,9 @@ NUMBERS: dict[str, Range] = {
     "TASKS_RESULTS_TTL": Range(0, MAX_DAYS * 86400, optional=True),
     "DATABASE_THREADS": Range(1, 1000, integer=True),
     "SUMMARIZER_THREADS": Range(1, 1000, integer=True),
+    "CALL_TIMEOUT": Range(0, 86400, optional=True, above=True),
+    "LOCK_TIMEOUT": Range(0, 3600, optional=True, above=True),
+    "SUMMARIZER_TIMEOUT": Range(0, 86400, optional=True, above=True),
     "IDEMPOTENCY_TTL": Range(0, MAX_DAYS * 86400),
     "RETAIN_DAYS": Range(0, MAX_DAYS, optional=True, above=True),  # days
     "LLM.TIMEOUT": Range(0, 3600, above=True),
@@ -159,6 +167,10 @@ T = TypeVar("T")
 
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 class Setting(Generic[T]):
@@ -207,6 +219,9 @@ class Settings:
     publish_timeout = Setting(float)
     database_threads = Setting(int)
     summarizer_threads = Setting(int)
+    call_timeout = Setting(_optional_float)
+    lock_timeout = Setting(_optional_float)
+    summarizer_timeout = Setting(_optional_float)
     retries = Setting(int)
     retry_backoff = Setting(float)
     retry_backoff_max = Setting(float)

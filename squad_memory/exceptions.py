@@ -53,3 +53,12 @@ class SearchTimeout(SquadMemoryError):
 
 class ImportFileError(SquadMemoryError, ValueError):
     """A conversation file to import has invalid lines; nothing was stored."""
+
+
+class SlotLocked(SquadMemoryError):
+    """Another session held a slot's row past ``LOCK_TIMEOUT`` seconds; retry the call later."""
+
+
+class DatabaseCallTimeout(SquadMemoryError):
+    """A database call of an async caller ran past ``CALL_TIMEOUT`` seconds; its thread was
+    replaced."""

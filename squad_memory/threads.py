@@ -16,20 +16,28 @@ there. ``docs/explanation/data-path.md`` tells the whole model.
   before any of its statements ran (:func:`never_ran`) is run again, once, on a new one.
 - A synchronous summarizer runs on ``SUMMARIZER_THREADS`` threads of its own; an async one
   is awaited in the caller's event loop. Neither ever holds a database thread.
+- Every call on those threads is bounded (``CALL_TIMEOUT``, ``SUMMARIZER_TIMEOUT``): past
+  its deadline its caller gets an error and a thread still running it is abandoned and
+  replaced (:class:`Threads`); the calls that may lock a slot's row take turns per slot
+  before they take a thread (:func:`for_slot`), and their sessions wait for a lock at most
+  ``LOCK_TIMEOUT``. The threads are daemons: none keeps the process from exiting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import logging
+import math
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+import weakref
+from collections.abc import Callable, Hashable
+from concurrent.futures import Executor, Future
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import AsyncToSync, SyncToAsync, sync_to_async
@@ -37,9 +45,13 @@ from django.db import DatabaseError, connections
 from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
-from squad_memory.conf import app_settings
+from squad_memory.conf import SETTING_NAME, app_settings
+from squad_memory.exceptions import DatabaseCallTimeout, SlotLocked, SummarizerTimeout
 
 logger = logging.getLogger("squad_memory")
+
+#: Seconds between two looks of a pool's watchdog at its calls' deadlines.
+TICK = 0.25
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -57,6 +69,53 @@ async def database(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
         return await sync_to_async(func, thread_sensitive=True)(*args, **kwargs)
     result: R = await _served_on(database_threads())(func, *args, **kwargs)
     return result
+
+
+async def for_slot(key: Hashable, func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+    """:func:`database` for a call that may lock the row of the slot ``key`` (a save, a fetch
+    that activates). On a database thread, the calls for one slot take turns in the caller's
+    event loop before they take a thread: a slot whose row another session holds keeps one
+    thread waiting, not all of them, and that wait ends after ``LOCK_TIMEOUT`` seconds with
+    :class:`~squad_memory.exceptions.SlotLocked`."""
+    if in_caller_thread():
+        return await sync_to_async(func, thread_sensitive=True)(*args, **kwargs)
+    turn_key = (asyncio.get_running_loop(), key)
+    turn = _TURNS.get(turn_key)
+    if turn is None:
+        turn = _TURNS[turn_key] = asyncio.Lock()
+    async with turn:
+        try:
+            result: R = await _served_on(database_threads())(func, *args, **kwargs)
+        except DatabaseError as exc:
+            if lock_timed_out(exc):
+                raise _slot_locked(key) from exc
+            raise
+    return result
+
+
+#: Each slot's turn in an event loop, while a call for it waits or runs (weakly held: the
+#: entry goes with the last call holding it).
+_TURNS: weakref.WeakValueDictionary[tuple[Any, Hashable], asyncio.Lock]
+_TURNS = weakref.WeakValueDictionary()
+
+
+def lock_timed_out(exc: DatabaseError) -> bool:
+    """Whether ``exc`` is the database giving up a lock wait: PostgreSQL's
+    ``lock_not_available`` (55P03), MySQL's lock wait timeout (1205), SQLite's busy lock."""
+    cause = exc.__cause__
+    state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    code = cause.args[0] if cause is not None and cause.args else None
+    return state == "55P03" or code == 1205 or "database is locked" in str(exc)
+
+
+def _slot_locked(key: Hashable) -> SlotLocked:
+    seconds = app_settings.lock_timeout
+    return SlotLocked(
+        f"The row of slot {key!r} stayed locked by another session for "
+        f"{SETTING_NAME}['LOCK_TIMEOUT'] ({seconds:g} s): a long transaction holds it (a view "
+        "under ATOMIC_REQUESTS that saved to it, an admin action, a migration). Other "
+        "conversations go on; retry this one later, and shorten or end that transaction."
+    )
 
 
 async def summarizer_thread(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -84,7 +143,7 @@ def served(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
         except DatabaseError as exc:
-            if call.reached:
+            if call.reached or _pool_timed_out(exc):
                 raise
             logger.warning(
                 "A database call found its connection dead (%s: %s) before any statement "
@@ -101,6 +160,13 @@ def served(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
     finally:
         _served.call = None
         _close_old_connections()
+
+
+def _pool_timed_out(exc: DatabaseError) -> bool:
+    """Whether Django's PostgreSQL pool gave no connection in its ``timeout``: a pool that is
+    exhausted (or was inherited across a fork), not a dead connection, so a second wait would
+    only double the first."""
+    return type(exc.__cause__).__name__ == "PoolTimeout"
 
 
 def unrepeatable() -> None:
@@ -123,13 +189,57 @@ _served = threading.local()
 
 @receiver(connection_created, dispatch_uid="squad_memory.threads")
 def _serving(sender: Any, connection: Any, **kwargs: Any) -> None:
-    """A connection opened in a call on a database thread: :func:`_watch` among its execute
-    wrappers (they stay across reconnections), and the connection among the thread's."""
-    if getattr(_served, "call", None) is not None and _watch not in connection.execute_wrappers:
+    """A connection opened in a call on a database thread: watched, and its lock waits
+    bounded."""
+    if getattr(_served, "call", None) is not None:
+        _watched(connection)
+        _bound_lock_waits(connection)
+
+
+def _watched(connection: Any) -> None:
+    """:func:`_watch` among the connection's execute wrappers (they stay across
+    reconnections), and the connection among the thread's."""
+    if _watch not in connection.execute_wrappers:
         connection.execute_wrappers.insert(0, _watch)
         alias = connection.alias  # the thread's own, not a temporary copy (``_nodb_cursor``)
         if alias in connections.settings and connections[alias] is connection:
             _served.__dict__.setdefault("connections", []).append(connection)
+
+
+#: How each database bounds a session's lock waits (``LOCK_TIMEOUT``). SQLite's are bounded
+#: already, by its busy timeout (``OPTIONS["timeout"]``, 5 s by default), left as set.
+LOCK_WAITS = {
+    "postgresql": "SET lock_timeout = {ms}",
+    "mysql": "SET SESSION innodb_lock_wait_timeout = {s}",
+}
+
+#: The ``LOCK_TIMEOUT`` each driver connection got: a connection from Django's pool keeps its
+#: session's, and is not told again at each checkout.
+_BOUNDED: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+
+def _bound_lock_waits(connection: Any) -> None:
+    """Bound the connection's lock waits by ``LOCK_TIMEOUT``: a call that waits on a row
+    another session holds gives its thread back (the statement is not one of the call's:
+    it does not keep the call from running again on a new connection)."""
+    seconds, sql = app_settings.lock_timeout, LOCK_WAITS.get(connection.vendor)
+    raw = connection.connection
+    if seconds is None or sql is None or _bounded(raw) == seconds:
+        return
+    call = _served.call
+    reached = call.reached
+    with connection.cursor() as cursor:
+        cursor.execute(sql.format(ms=max(1, round(seconds * 1000)), s=max(1, math.ceil(seconds))))
+    call.reached = reached
+    with contextlib.suppress(TypeError):
+        _BOUNDED[raw] = seconds
+
+
+def _bounded(raw: Any) -> float | None:
+    try:
+        return _BOUNDED.get(raw)
+    except TypeError:  # a driver connection that takes no weak reference
+        return None
 
 
 def _adopt_connections() -> None:
@@ -138,7 +248,7 @@ def _adopt_connections() -> None:
     the thread's, watched, so that the check after the call closes it as Django would."""
     for connection in connections.all(initialized_only=True):
         if connection.connection is not None:
-            _serving(None, connection)
+            _watched(connection)
 
 
 def _close_old_connections() -> None:
@@ -146,8 +256,10 @@ def _close_old_connections() -> None:
     thread opened (every connection a call on it uses opens in a call, and one that never
     said so is adopted after the call): the same check of each, without looking up every
     alias of the settings in Django's per-thread registry, which took most of its 5 µs,
-    twice a call."""
+    twice a call. With ``DEBUG``, each call's queries are logged afresh, as each request's
+    (``reset_queries()``): a thread's log does not grow with the calls it served."""
     for connection in _served.__dict__.get("connections", ()):
+        connection.queries_log.clear()
         connection.close_if_unusable_or_obsolete()
 
 
@@ -188,92 +300,148 @@ def _unconnected(func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> 
         connections.close_all()
 
 
-def database_threads() -> DatabaseThreads:
-    """The process's database threads (``DATABASE_THREADS`` of them)."""
-    key = (app_settings.database_threads, os.getpid())
-    pool = _DATABASE_THREADS.get(key)
+def database_threads() -> Threads:
+    """The process's database threads (``DATABASE_THREADS`` of them, each call bounded by
+    ``CALL_TIMEOUT``)."""
+    size, timeout = app_settings.database_threads, lambda: app_settings.call_timeout
+    return _pool(_DATABASE_THREADS, size, "squad-memory-db", timeout, _call_expired)
+
+
+def summarizer_threads() -> Threads:
+    """The process's summarizer threads (``SUMMARIZER_THREADS`` of them, each call bounded by
+    ``SUMMARIZER_TIMEOUT``)."""
+    size, timeout = app_settings.summarizer_threads, lambda: app_settings.summarizer_timeout
+    return _pool(_SUMMARIZER_THREADS, size, "squad-memory-summarizer", timeout, summary_expired)
+
+
+def _pool(
+    pools: dict[tuple[int, int], Threads],
+    size: int,
+    name: str,
+    timeout: Callable[[], float | None],
+    expired: Callable[[float], BaseException],
+) -> Threads:
+    key = (size, os.getpid())
+    pool = pools.get(key)
     if pool is None:  # setdefault: two threads asking at once get the same pool
-        new = DatabaseThreads(key[0], "squad-memory-db", finalizer=connections.close_all)
-        pool = _DATABASE_THREADS.setdefault(key, new)
+        new = Threads(size, name, connections.close_all, timeout, expired)
+        pool = pools.setdefault(key, new)
     return pool
 
 
-def summarizer_threads() -> ThreadPoolExecutor:
-    """The process's summarizer threads (``SUMMARIZER_THREADS`` of them)."""
-    return _summarizer_threads(app_settings.summarizer_threads, os.getpid())
+def _call_expired(seconds: float) -> DatabaseCallTimeout:
+    return DatabaseCallTimeout(
+        f"A database call did not return within {SETTING_NAME}['CALL_TIMEOUT'] ({seconds:g} s): "
+        "the database is unreachable or overloaded, or the call waits on a lock. Its thread "
+        "was replaced; set the connection's connect_timeout and TCP keepalives so that a lost "
+        "connection fails (docs/howto/postgresql.md), or raise CALL_TIMEOUT for longer calls."
+    )
+
+
+def summary_expired(seconds: float) -> SummarizerTimeout:
+    """The error of a summarizer call past ``SUMMARIZER_TIMEOUT`` (``seconds``)."""
+    return SummarizerTimeout(
+        f"The summarizer did not return within {SETTING_NAME}['SUMMARIZER_TIMEOUT'] "
+        f"({seconds:g} s): the compression is abandoned and its thread replaced. Give the "
+        "summarizer's backend a timeout of its own below it, or raise SUMMARIZER_TIMEOUT."
+    )
 
 
 # One pool per size and process: a forked child (a Celery or a gunicorn worker) starts pools
 # of its own, and a changed setting takes effect on the next call (the pool of the old size
 # keeps its threads until close_database_threads).
-_DATABASE_THREADS: dict[tuple[int, int], DatabaseThreads] = {}
+_DATABASE_THREADS: dict[tuple[int, int], Threads] = {}
+_SUMMARIZER_THREADS: dict[tuple[int, int], Threads] = {}
 
 
 @functools.cache
-def _summarizer_threads(size: int, pid: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=size, thread_name_prefix="squad-memory-summarizer")
-
-
-@functools.cache
-def _served_on(pool: DatabaseThreads) -> SyncToAsync[..., Any]:
+def _served_on(pool: Threads) -> SyncToAsync[..., Any]:
     """:func:`served` on ``pool``, wrapped once (not on every call)."""
     # asgiref types ``executor`` as a ThreadPoolExecutor; it only passes it to run_in_executor
     return SyncToAsync(served, thread_sensitive=False, executor=pool)  # type: ignore[arg-type]
 
 
-class DatabaseThreads(Executor):
-    """Up to ``size`` threads, each with its own connections. A call goes to the thread that
-    became idle last, and a thread starts only when all are busy: a lone conversation is
+class Threads(Executor):
+    """Up to ``size`` daemon threads, each with its own connections. A call goes to the thread
+    that became idle last, and a thread starts only when all are busy: a lone conversation is
     served by one thread on one warm connection, as a shared thread would serve it, and
     threads (so connections) grow with the calls in flight, not with the calls made.
     (A ``ThreadPoolExecutor`` wakes any idle thread, and often starts a new one for the next
-    call before the last is counted idle.) ``finalizer`` runs on each thread as it stops."""
+    call before the last is counted idle.) ``finalizer`` runs on each thread as it stops.
 
-    def __init__(self, size: int, name: str, finalizer: Callable[[], None]) -> None:
+    A call not done ``timeout()`` seconds (None: no bound) after it was submitted fails with
+    ``expired(seconds)``; a thread still running it is abandoned (it stops once the call
+    returns, its finalizer closing its connections) and another takes its place, so that a
+    stuck call never takes a thread from the others for good. The process never waits for
+    a thread at its exit (they are daemons)."""
+
+    def __init__(
+        self,
+        size: int,
+        name: str,
+        finalizer: Callable[[], None],
+        timeout: Callable[[], float | None] = lambda: None,
+        expired: Callable[[float], BaseException] = TimeoutError,
+    ) -> None:
         self.size, self.name, self.finalizer = size, name, finalizer
+        self.timeout, self.expired = timeout, expired
         self._lock = threading.Lock()
-        self._idle: list[queue.SimpleQueue[Any]] = []  # the threads' inboxes, last idle on top
-        self._threads: list[threading.Thread] = []
+        self._idle: list[Worker] = []  # last idle on top
+        self._workers: list[Worker] = []
         self._waiting: collections.deque[Any] = collections.deque()  # calls while all are busy
-        self._stopped = False
+        self._stopped = threading.Event()
+        self._watchdog: threading.Thread | None = None
 
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
         future: Future[R] = Future()
-        job = (future, fn, args, kwargs)
+        job = (future, fn, args, kwargs, time.monotonic())
         with self._lock:
-            if self._stopped:
-                raise RuntimeError("the database threads were shut down")
+            if self._stopped.is_set():
+                raise RuntimeError("the threads were shut down")
             if self._idle:
-                self._idle.pop().put(job)
-            elif len(self._threads) < self.size:
-                inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-                inbox.put(job)
-                name = f"{self.name}_{len(self._threads)}"
-                thread = threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True)
-                thread.start()  # counted once started: a thread that cannot start takes no job
-                self._threads.append(thread)
+                self._idle.pop().inbox.put(job)
+            elif len(self._workers) < self.size:
+                self._start(job)
             else:
                 self._waiting.append(job)
         return future
 
-    def _serve(self, inbox: queue.SimpleQueue[Any]) -> None:
+    def _start(self, job: Any) -> None:
+        """A new thread for ``job`` (under the lock); the first starts the watchdog."""
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(
+                target=self._watch, name=f"watchdog of {self.name}", daemon=True
+            )
+            self._watchdog.start()
+        worker = Worker()
+        worker.inbox.put(job)
+        name = f"{self.name}_{len(self._workers)}"
+        worker.thread = threading.Thread(target=self._serve, args=(worker,), name=name, daemon=True)
+        worker.thread.start()  # counted once started: a thread that cannot start takes no job
+        self._workers.append(worker)
+
+    def _serve(self, worker: Worker) -> None:
         try:
-            while (job := inbox.get()) is not None:
-                future, fn, args, kwargs = job
+            while (job := worker.inbox.get()) is not None:
+                future, fn, args, kwargs, _ = job
                 result = error = None
                 ran = future.set_running_or_notify_cancel()  # False: cancelled while waiting
                 if ran:
+                    worker.job = job
                     try:
                         result = fn(*args, **kwargs)
                     except BaseException as exc:  # the caller's to handle, as an executor does
                         error = exc
                 with self._lock:  # idle (or on to a waiting call) before the caller wakes
+                    worker.job = None
+                    if worker.abandoned:  # its caller had its answer (the call expired)
+                        return
                     if self._waiting:
-                        inbox.put(self._waiting.popleft())
-                    elif not self._stopped:
-                        self._idle.append(inbox)
+                        worker.inbox.put(self._waiting.popleft())
+                    elif not self._stopped.is_set():
+                        self._idle.append(worker)
                     else:
-                        inbox.put(None)
+                        worker.inbox.put(None)
                 if ran and error is None:
                     future.set_result(result)
                 elif ran:
@@ -283,6 +451,38 @@ class DatabaseThreads(Executor):
         finally:
             self.finalizer()
 
+    def _watch(self) -> None:
+        """Expire the calls past their deadline, every :data:`TICK` seconds."""
+        while not self._stopped.wait(TICK):
+            seconds = self.timeout()
+            if seconds is not None:
+                self._expire(seconds, time.monotonic() - seconds)
+
+    def _expire(self, seconds: float, before: float) -> None:
+        """Fail the calls submitted before ``before`` (monotonic): those waiting for a thread,
+        and those running, whose threads are abandoned and replaced."""
+        with self._lock:
+            waiting = []
+            while self._waiting and self._waiting[0][4] < before:
+                waiting.append(self._waiting.popleft()[0])
+            stuck = [w for w in self._workers if w.job is not None and w.job[4] < before]
+            running = [worker.job[0] for worker in stuck]
+            for worker in stuck:
+                worker.abandoned = True
+                self._workers.remove(worker)
+                logger.error(
+                    "A call on %s ran past its %g s; its thread is abandoned and replaced.",
+                    worker.thread.name,
+                    seconds,
+                )
+            while self._waiting and len(self._workers) < self.size:
+                self._start(self._waiting.popleft())
+        for future in waiting:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(self.expired(seconds))
+        for future in running:
+            future.set_exception(self.expired(seconds))
+
     def shutdown(
         self, wait: bool = True, *, cancel_futures: bool = False, timeout: float | None = None
     ) -> None:
@@ -290,15 +490,28 @@ class DatabaseThreads(Executor):
         the calls still waiting for a thread); each runs ``finalizer``. ``wait``: for at most
         ``timeout`` seconds in all."""
         with self._lock:
-            self._stopped = True
-            for inbox in self._idle:
-                inbox.put(None)
+            self._stopped.set()
+            for worker in self._idle:
+                worker.inbox.put(None)
             self._idle.clear()
             while cancel_futures and self._waiting:
                 self._waiting.popleft()[0].cancel()
+            workers = list(self._workers)
         deadline = None if timeout is None else time.monotonic() + timeout
-        for thread in self._threads if wait else ():
-            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        for worker in workers if wait else ():
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            worker.thread.join(remaining)
+
+
+class Worker:
+    """One thread of :class:`Threads`: its inbox, the call it runs, and whether the pool
+    abandoned it (its call expired)."""
+
+    def __init__(self) -> None:
+        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.job: Any = None
+        self.abandoned = False
+        self.thread: threading.Thread
 
 
 def close_database_threads(timeout: float = 10.0) -> None:

@@ -75,6 +75,7 @@ TIERS = {
         "test_pgbouncer",
         "test_settings",
         "test_sqlite_locks",
+        "test_threads_exit",
     },
     "docs": {"test_docs", "test_docs_site", "test_packaging", "test_layout"},
 }

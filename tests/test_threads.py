@@ -15,12 +15,13 @@ import pytest
 from agent_squad.types import ConversationMessage
 from asgiref.local import Local
 from asgiref.sync import ThreadSensitiveContext, async_to_sync
-from django.db import connection, connections, transaction
+from django.db import OperationalError, connection, connections, transaction
 from django.test import override_settings
 
-from squad_memory.models import Message, Slot
+from squad_memory.exceptions import DatabaseCallTimeout, SlotLocked
+from squad_memory.models import Compression, Message, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
-from squad_memory.threads import DatabaseThreads, close_database_threads, database
+from squad_memory.threads import Threads, close_database_threads, database
 from tests import summarizers
 from tests.conftest import msg, texts
 from tests.processes import wait_for
@@ -318,7 +319,7 @@ def drop_connections_and_close(keep: int) -> None:
 
 def test_a_lone_caller_is_served_by_one_thread_and_threads_start_only_when_all_are_busy() -> None:
     finalized: list[str] = []
-    pool = DatabaseThreads(3, "lifo", finalizer=lambda: finalized.append(thread_name()))
+    pool = Threads(3, "lifo", finalizer=lambda: finalized.append(thread_name()))
     # One caller at a time: one thread serves every call, and no other starts.
     assert {pool.submit(thread_name).result(10) for _ in range(50)} == {"lifo_0"}
     assert [t.name for t in threading.enumerate() if t.name.startswith("lifo_")] == ["lifo_0"]
@@ -354,3 +355,155 @@ def test_the_callers_context_goes_along_to_the_database_thread() -> None:
 
     name, rid, thread = asyncio.run(main())
     assert (name, rid) == ("t1", "r1") and thread.startswith("squad-memory-db")
+
+
+HOT = ("u", "s", "hot")
+
+
+class RowHolder(threading.Thread):
+    """Another session holding a slot's row (a long ``ATOMIC_REQUESTS`` view that saved to
+    it, an admin action) until told to let go, or for ``most`` seconds."""
+
+    def __init__(self, key: tuple[str, str, str], most: float) -> None:
+        super().__init__(daemon=True)
+        self.key, self.most = key, most
+        self.holding, self.done, self.released = (threading.Event() for _ in range(3))
+
+    def run(self) -> None:
+        try:
+            with transaction.atomic():
+                user_id, session_id, agent_id = self.key
+                Slot.objects.select_for_update().get(
+                    user_id=user_id, session_id=session_id, agent_id=agent_id
+                )
+                self.holding.set()
+                self.done.wait(self.most)
+            self.released.set()
+        finally:
+            connection.close()
+
+
+@pytest.mark.postgres  # SQLite locks the whole database, not one slot's row
+def test_a_slot_whose_row_another_session_holds_takes_one_database_thread() -> None:
+    storage = DjangoChatStorage()
+    storage.save_chat_message_sync(*HOT, msg("user", "q0"))
+    holder = RowHolder(HOT, most=20)
+    holder.start()
+    assert holder.holding.wait(10)
+
+    async def main() -> list[BaseException | list[ConversationMessage]]:
+        hot = [
+            asyncio.create_task(storage.save_chat_message(*HOT, msg("assistant", f"a{i}")))
+            for i in range(5)
+        ]
+        await others_turns(storage, 10)  # on the thread the hot slot leaves them
+        assert not holder.released.is_set(), "other conversations waited for the hot slot"
+        return await asyncio.gather(*hot, return_exceptions=True)
+
+    try:
+        with override_settings(SQUAD_MEMORY={"DATABASE_THREADS": 2, "LOCK_TIMEOUT": 0.2}):
+            results = asyncio.run(main())
+    finally:
+        holder.done.set()
+        holder.join(30)
+    assert all(isinstance(result, SlotLocked) for result in results), results
+    assert "'hot'" in str(results[0]) and "LOCK_TIMEOUT" in str(results[0])
+    assert Message.objects.filter(slot__agent_id__startswith="other").count() == 10
+    # Once the row is let go, the slot takes saves again.
+    answer = asyncio.run(storage.save_chat_message(*HOT, msg("assistant", "a")))
+    assert texts(answer) == ["q0", "a"]
+
+
+def test_a_stuck_call_fails_at_its_deadline_and_its_thread_is_replaced() -> None:
+    """A call that never returns (a black-holed network) fails once ``CALL_TIMEOUT`` has
+    passed, and another thread takes its place: the pool keeps its size. The stuck thread
+    stops, its connections closed, when its call returns."""
+    release = threading.Event()
+    stuck: list[threading.Thread] = []
+
+    def hangs() -> None:
+        Slot.objects.count()  # it has a connection
+        stuck.append(threading.current_thread())
+        release.wait(20)
+
+    async def main() -> int:
+        with pytest.raises(DatabaseCallTimeout, match="CALL_TIMEOUT"):
+            await asyncio.wait_for(database(hangs), 10)
+        return await asyncio.wait_for(database(Slot.objects.count), 10)
+
+    with override_settings(SQUAD_MEMORY={"DATABASE_THREADS": 1, "CALL_TIMEOUT": 0.5}):
+        assert asyncio.run(main()) == 0  # on the thread that replaced the stuck one
+    assert stuck[0].is_alive()
+    release.set()
+    stuck[0].join(10)
+    assert not stuck[0].is_alive()
+
+
+def test_with_debug_a_database_thread_keeps_no_log_of_earlier_calls() -> None:
+    """``DEBUG`` logs each call's queries afresh, as Django logs each request's."""
+
+    async def main() -> int:
+        for _ in range(5):
+            await database(Slot.objects.count)
+        return await database(lambda: len(connections["default"].queries_log))
+
+    with override_settings(DEBUG=True, SQUAD_MEMORY={"DATABASE_THREADS": 1}):
+        assert asyncio.run(main()) == 0
+
+
+@pytest.mark.postgres
+def test_a_pool_timeout_is_not_taken_for_a_dead_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Django's PostgreSQL pool gave no connection in its timeout: the call fails at once,
+    rather than waiting a second timeout as if its connection had died."""
+    from psycopg_pool import ConnectionPool, PoolTimeout
+
+    waits: list[float | None] = []
+
+    def exhausted(self: Any, timeout: float | None = None) -> Any:
+        waits.append(timeout)
+        raise PoolTimeout("couldn't get a connection after 30.00 sec")
+
+    monkeypatch.setattr(ConnectionPool, "getconn", exhausted)
+    options = {**connections.settings["default"]["OPTIONS"], "pool": {"min_size": 0, "max_size": 1}}
+    pools = type(connections["default"])._connection_pools
+    try:
+        with (
+            connection_settings(OPTIONS=options, CONN_MAX_AGE=0),
+            pytest.raises(OperationalError, match="couldn't get a connection"),
+        ):
+            asyncio.run(database(Slot.objects.count))
+    finally:
+        if "default" in pools:
+            pools.pop("default").close()
+    assert len(waits) == 1
+
+
+def test_a_summarizer_that_never_returns_is_abandoned_at_its_timeout() -> None:
+    """Past ``SUMMARIZER_TIMEOUT`` the compression fails (logged, its claim released), the
+    save answers the buffer uncompressed, and the thread is replaced: the other
+    conversations' compressions go on while the hung summary still holds its thread."""
+    hung = summarizers.Gate()  # never released while the test looks
+    storage = primed(hung)
+    other = SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, 2, 1)
+    other_key = ("u", "s", "other")
+
+    async def main() -> tuple[list[ConversationMessage], list[ConversationMessage]]:
+        answer = await asyncio.wait_for(storage.save_chat_message(*SLOW, msg("assistant", "a3")), 8)
+        for i in range(3):  # a sync summary on the one summarizer thread the hung one left
+            await other.save_chat_messages(
+                *other_key, [msg("user", f"q{i}"), msg("assistant", "a")]
+            )
+        return answer, await asyncio.wait_for(other.fetch_chat(*other_key), 8)
+
+    settings = {"SUMMARIZER_THREADS": 1, "SUMMARIZER_TIMEOUT": 0.5}
+    try:
+        with override_settings(SQUAD_MEMORY=settings):
+            answer, others = asyncio.run(main())
+    finally:
+        hung.release.set()
+    assert texts(answer) == ["S(q0+a0+q1+a1)", "q2", "a2", "q3", "a3"]  # uncompressed
+    failed = Compression.objects.filter(slot__agent_id="slow").latest("pk")
+    assert failed.outcome == "failed" and "SummarizerTimeout" in failed.error
+    assert "SUMMARIZER_TIMEOUT" in failed.error
+    assert Slot.objects.get(agent_id="slow").pending_since is None  # the claim released
+    assert texts(others)[0].startswith("S(")  # compressed on the thread that replaced it

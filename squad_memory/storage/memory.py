@@ -33,7 +33,7 @@ from squad_memory.models import (
     SlotQuerySet,
 )
 from squad_memory.rules import count_all, needs_compression
-from squad_memory.threads import database, unrepeatable
+from squad_memory.threads import database, for_slot, unrepeatable
 
 Rows = Sequence[Mapping[str, Any]]
 View = Literal["buffer", "visible"]
@@ -210,8 +210,8 @@ class Memory:
     ) -> Rows:
         """:meth:`save` and :meth:`answer` for an async caller: the statements on a database
         thread, a compression the save made due in this loop (see ``squad_memory.threads``)."""
-        saved, rows = await database(
-            self._save_and_answer, key, messages, check_role, max_history_size
+        saved, rows = await for_slot(
+            key, self._save_and_answer, key, messages, check_role, max_history_size
         )
         if saved.claimed is not None:
             saved.compression = await self._arun(saved.claimed, "save")
@@ -248,7 +248,7 @@ class Memory:
 
     async def afetch(self, key: SlotKey) -> Rows:
         """:meth:`fetch` for an async caller (the summarizer, if any, as in :meth:`asave`)."""
-        rows, claimed = await database(self._fetch, key, False)
+        rows, claimed = await for_slot(key, self._fetch, key, False)
         if claimed is None:
             return rows
         await self._arun(claimed, "activation")

@@ -5,6 +5,7 @@ list[ConversationMessage]``: a function, async or not, a callable, or the dotted
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import sys
 from collections.abc import Callable
@@ -14,11 +15,12 @@ from typing import Any
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.utils.module_loading import import_string
 
+from squad_memory.conf import app_settings
 from squad_memory.exceptions import ConfigurationError, SummarizerNotImportable
 from squad_memory.summarizers.base import SUMMARY_PREFIX, is_summary, max_summary_chars
 from squad_memory.summarizers.llm import LLMSummarizer
 from squad_memory.summarizers.offline import OfflineSummarizer
-from squad_memory.threads import summarizer_thread
+from squad_memory.threads import summarizer_thread, summary_expired
 
 SummarizerFunc = Callable[[list[Any], int], Any]
 
@@ -114,11 +116,25 @@ async def _wait(awaitable: Any) -> Any:
 
 async def acall_summarizer(func: SummarizerFunc, history: list[Any], keep_last: int) -> Any:
     """Call a summarizer from async code: an async one is awaited in this loop, a sync one
-    runs on a summarizer thread (never on the loop's thread, never on a database thread)."""
+    runs on a summarizer thread (never on the loop's thread, never on a database thread).
+    Either way, one that has not returned after ``SUMMARIZER_TIMEOUT`` seconds raises
+    :class:`~squad_memory.exceptions.SummarizerTimeout` (a sync one's thread is replaced)."""
     if iscoroutinefunction(func) or iscoroutinefunction(type(func).__call__):
-        return await func(history, keep_last)
+        return await _within_timeout(func(history, keep_last))
     result = await summarizer_thread(func, history, keep_last)
-    return await result if inspect.isawaitable(result) else result
+    return await _within_timeout(result) if inspect.isawaitable(result) else result
+
+
+async def _within_timeout(awaitable: Any) -> Any:
+    seconds = app_settings.summarizer_timeout
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            return await awaitable
+    except TimeoutError as exc:
+        if deadline.expired():  # not a TimeoutError of the summarizer's own
+            raise summary_expired(seconds or 0) from exc
+        raise
 
 
 __all__ = [
