@@ -18,10 +18,11 @@ from asgiref.sync import ThreadSensitiveContext, async_to_sync
 from django.db import OperationalError, connection, connections, transaction
 from django.test import override_settings
 
+from squad_memory import threads
 from squad_memory.exceptions import DatabaseCallTimeout, SlotLocked
 from squad_memory.models import Compression, Message, Slot
 from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
-from squad_memory.threads import Threads, close_database_threads, database
+from squad_memory.threads import Threads, close_database_threads, database, for_slot
 from tests import summarizers
 from tests.conftest import msg, texts
 from tests.processes import wait_for
@@ -507,3 +508,33 @@ def test_a_summarizer_that_never_returns_is_abandoned_at_its_timeout() -> None:
     assert "SUMMARIZER_TIMEOUT" in failed.error
     assert Slot.objects.get(agent_id="slow").pending_since is None  # the claim released
     assert texts(others)[0].startswith("S(")  # compressed on the thread that replaced it
+
+
+def test_calls_for_one_slot_take_turns_and_a_cancelled_one_gives_its_turn_away() -> None:
+    release = threading.Event()
+    ran: list[str] = []
+
+    def call(name: str) -> str:
+        ran.append(name)
+        if name == "first":
+            release.wait(10)
+        return name
+
+    async def started() -> None:
+        while not ran:
+            await asyncio.sleep(0.01)
+
+    async def main() -> tuple[str, str, bool]:
+        first = asyncio.create_task(for_slot(HOT, call, "first"))
+        await asyncio.wait_for(started(), 10)
+        second = asyncio.create_task(for_slot(HOT, call, "second"))
+        third = asyncio.create_task(for_slot(HOT, call, "third"))
+        assert await for_slot(SLOW, call, "other") == "other"  # another slot does not wait
+        second.cancel()
+        assert ran == ["first", "other"]  # the slot's next calls wait on no thread
+        release.set()
+        return await first, await third, second.cancelled()
+
+    with override_settings(SQUAD_MEMORY={"DATABASE_THREADS": 4}):
+        assert asyncio.run(main()) == ("first", "third", True)
+    assert ran == ["first", "other", "third"] and not threads._TURNS
