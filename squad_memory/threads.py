@@ -99,6 +99,7 @@ async def for_slot(key: Hashable, func: Callable[P, R], /, *args: P.args, **kwar
 #: for it runs. (An ``asyncio.Lock`` per slot in a ``WeakValueDictionary`` cost several
 #: times the microsecond this does when no call waits.)
 _TURNS: dict[tuple[asyncio.AbstractEventLoop, Hashable], collections.deque[Any]] = {}
+os.register_at_fork(after_in_child=_TURNS.clear)  # the parent's calls are not the child's
 
 
 async def _wait_for(turn: tuple[asyncio.AbstractEventLoop, Hashable]) -> None:
