@@ -135,10 +135,10 @@ def lock_timed_out(exc: DatabaseError) -> bool:
 
 
 def _slot_locked(key: Hashable) -> SlotLocked:
-    seconds = app_settings.lock_timeout
     return SlotLocked(
-        f"The row of slot {key!r} stayed locked by another session for "
-        f"{SETTING_NAME}['LOCK_TIMEOUT'] ({seconds:g} s): a long transaction holds it (a view "
+        f"The row of slot {key!r} stayed locked by another session past the lock timeout "
+        f"({SETTING_NAME}['LOCK_TIMEOUT'] = {app_settings.lock_timeout!r} s; on SQLite, the "
+        "busy timeout of DATABASES' OPTIONS['timeout']): a long transaction holds it (a view "
         "under ATOMIC_REQUESTS that saved to it, an admin action, a migration). Other "
         "conversations go on; retry this one later, and shorten or end that transaction."
     )
