@@ -392,3 +392,27 @@ def test_not_found_reads_the_same_everywhere(users: Users) -> None:
         response = client.get(url)
         assert (response.status_code, response.json()) == (404, {"detail": "Not found."}), url
     assert client.delete("/api/sessions/unknown/").json() == {"detail": "Not found."}
+
+
+def test_the_api_root_links_to_the_login_page_that_admits_every_user(users: Users) -> None:
+    """The admin's login refuses a user who is not staff; DRF's, linked from the root, logs
+    them in and takes them to the API (not to LOGIN_REDIRECT_URL, a 404 here)."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    login = client_for(None).get("/api/").json()["login"]
+    assert login == "http://testserver/api-auth/login/?next=/api/"
+    get_user_model().objects.create_user("browsing-reader", password="a long passphrase")
+    browser = Client()
+    done = browser.post(login, {"username": "browsing-reader", "password": "a long passphrase"})
+    assert done.status_code == 302 and done["Location"] == "/api/"
+    assert browser.get("/api/slots/", HTTP_ACCEPT="application/json").status_code == 200
+
+
+API_WITHOUT_LOGIN = "tests.api_without_login_urls"
+
+
+def test_the_api_root_has_no_login_link_where_drfs_login_is_not_mounted(db: Any) -> None:
+    with override_settings(ROOT_URLCONF=API_WITHOUT_LOGIN):
+        links = client_for(None).get("/api/").json()
+    assert "login" not in links and "slots" in links
