@@ -236,7 +236,7 @@ def check_connections(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
     written to (the routers' choice) closes its connection after each use (``CONN_MAX_AGE``
     0) and has no pool. A request is not slowed (it opens one connection), but an async
     caller outside a request (AgentSquad in a bot, ``asyncio.run``) has each of its database
-    calls served as a request of its own (:mod:`squad_memory.threads`): about three
+    calls served as a request of its own (:mod:`squad_memory.threads`): three or four
     connections opened and closed a turn, a turn several times slower."""
     aliases = sorted(a for a in _used_aliases() if _opens_per_call(settings.DATABASES.get(a, {})))
     if not aliases or "W004" in _REPORTED:
@@ -246,7 +246,7 @@ def check_connections(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
         Warning(
             f"The database {alias!r} that squad_memory uses is PostgreSQL with CONN_MAX_AGE 0 "
             "and no pool: an async caller (AgentSquad outside a Django request) opens and "
-            "closes a connection for each database call, about three a turn, which makes a "
+            "closes a connection for each database call, three or four a turn, which makes a "
             "turn several times slower.",
             hint=f"In DATABASES[{alias!r}], set 'OPTIONS': {{'pool': True}} (Django 5.1+, "
             "pip install 'psycopg[pool]'), or 'CONN_MAX_AGE': 60 with 'CONN_HEALTH_CHECKS': "
