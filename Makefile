@@ -33,20 +33,27 @@ install: $(VENV)/.installed-dev
 
 ## The demo: SQLite, offline summarizer, serves on 127.0.0.1:8000, compressions in the
 ## background by a `db_worker` beside the server (tasks mode: no broker, nothing but Python),
-## started again a second after it exits (as a database restart makes it), until the demo ends.
+## started again a second after it fails (as a database restart makes it), until the demo ends.
+## Ctrl-C reaches the worker too, which stops cleanly (exit status 0): that, or a TERM to the
+## loop, ends the loop instead of starting the worker again.
 ## SQUAD_MEMORY_MODE=inline compresses in the saves; =celery needs a broker and a Celery
-## worker of your own. DEMO_ARGS are passed on to `manage.py demo` (e.g. --addrport).
+## worker of your own. DEMO_ARGS are passed on to `manage.py demo`: another port with
+## DEMO_ARGS=--addrport=8001 (checked first, before anything is set up).
 DEMO_MODE = $(or $(SQUAD_MEMORY_MODE),tasks)
 demo: install-demo
+	@$(BIN)/python manage.py demo --check-port --skip-checks $(DEMO_ARGS)
 	$(BIN)/python manage.py migrate --verbosity 0
 	@export SQUAD_MEMORY_MODE=$(DEMO_MODE); \
 	if [ "$$SQUAD_MEMORY_MODE" = tasks ]; then \
-	  ( trap 'kill $$pid 2>/dev/null; exit 0' INT TERM; \
+	  ( stop=; trap 'stop=1; kill $$pid $$pause 2>/dev/null' INT TERM; \
 	    while :; do \
 	      $(BIN)/python manage.py db_worker --no-reload --queue-name '*' & pid=$$!; \
 	      echo "Compressions run in the background: db_worker (pid $$pid), no broker."; \
-	      wait $$pid; echo "db_worker (pid $$pid) exited with $$?; starting it again in 1 s."; \
-	      sleep 1; \
+	      wait $$pid; status=$$?; \
+	      { [ -n "$$stop" ] || [ "$$status" = 0 ]; } && exit 0; \
+	      sleep 1 & pause=$$!; wait $$pause; \
+	      [ -n "$$stop" ] && exit 0; \
+	      echo "db_worker (pid $$pid) exited with $$status; starting it again."; \
 	    done ) & worker=$$!; \
 	  trap 'kill $$worker 2>/dev/null' EXIT INT TERM; \
 	fi; \

@@ -6,6 +6,7 @@ inline summarization and the offline summarizer, so it runs on a fresh machine.
 - DJANGO_DEBUG: 1 (default) or 0. With 0, DJANGO_SECRET_KEY is required and the
   HTTPS settings below default to on, so `manage.py check --deploy` is clean with
   DJANGO_DEBUG=0, DJANGO_SECRET_KEY (50+ random characters) and DJANGO_ALLOWED_HOSTS
+  (and on PostgreSQL DATABASE_POOL=1 or DATABASE_CONN_MAX_AGE=60, below)
 - DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS (comma-separated)
 - DJANGO_SECURE_SSL_REDIRECT, DJANGO_SECURE_COOKIES, DJANGO_SECURE_HSTS_SECONDS
   (default 31536000), DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS, DJANGO_SECURE_HSTS_PRELOAD:
@@ -14,7 +15,12 @@ inline summarization and the offline summarizer, so it runs on a fresh machine.
 
 - DATABASE_URL: postgres://, mysql://, sqlite:/// (default: var/db.sqlite3)
 - DATABASE_CONN_MAX_AGE: CONN_MAX_AGE in seconds, or "none" to keep connections
-  (default 0: a connection per request, and per async call outside one)
+  (default 0: a connection per request, and per database call of an async caller outside
+  one, such as AgentSquad in a bot or in `manage.py demo`: on PostgreSQL a turn several
+  times slower, which system check squad_memory.W004 warns of). Above 0, CONN_HEALTH_CHECKS
+  is on, so a kept connection that died is replaced before it is used
+- DATABASE_POOL: 1 for Django's connection pool on PostgreSQL (OPTIONS["pool"], Django 5.1+,
+  pip install "psycopg[pool]"), what an async caller should use instead of CONN_MAX_AGE 0
 - SQUAD_MEMORY_MODE: inline (default; `make demo` uses tasks), tasks or celery
 - DJANGO_TASKS_BACKEND: the dotted path of the Tasks framework's backend in tasks mode (default:
   django-tasks-db's DatabaseBackend, run by `manage.py db_worker`)
@@ -140,6 +146,8 @@ DATABASES = {
     "default": dj_database_url.config(
         default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}",
         conn_max_age=None if _CONN_MAX_AGE.lower() == "none" else int(_CONN_MAX_AGE),
+        # A kept connection is checked before a request (or an async call) uses it.
+        conn_health_checks=_CONN_MAX_AGE != "0",
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -160,6 +168,14 @@ if (
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         server_side_binding=True, prepare_threshold=5
     )
+if (
+    DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    and os.environ.get("DATABASE_POOL") == "1"
+):
+    # What an async caller (AgentSquad outside a request: a bot, `asyncio.run`, this demo's
+    # conversation) needs on PostgreSQL, or DATABASE_CONN_MAX_AGE=60: with neither, each of
+    # its database calls opens and closes a connection (squad_memory.W004).
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A second alias on the same database, as a read replica would be: the alias the
     # read-replica router tests send reads to (tests/test_replicas.py). Nothing uses it

@@ -10,4 +10,8 @@ class SquadMemoryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from squad_memory import checks  # noqa: F401  (registers the system checks)
+        from django.core.signals import request_started
+
+        from squad_memory import checks  # registers the system checks
+
+        request_started.connect(checks.warn_at_first_request)

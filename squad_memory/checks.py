@@ -6,12 +6,14 @@ database, in the words of the rules they check (:mod:`squad_memory.compression.p
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.signals import request_started
 from django.db import router
 from django.utils.module_loading import import_string
 
@@ -178,12 +180,18 @@ SWEEP_TASK = "squad_memory.tasks.sweep"
 #: command that calls another, runserver's reloads).
 _REPORTED: set[str] = set()
 
+logger = logging.getLogger("squad_memory")
 
-@register()
+
+@register(deploy=True)
 def check_sweep_scheduled(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W003, once per process: nothing is known to run the sweep (no ``CELERY_BEAT_SCHEDULE``
     entry). Nothing else deletes expired Idempotency-Key answers (they hold message text)
-    or applies ``RETAIN_DAYS``. It names Celery beat only where Celery is installed."""
+    or applies ``RETAIN_DAYS``. It names Celery beat only where Celery is installed.
+
+    A deployment check (``check --deploy``), and logged by a server at its first request
+    (:func:`warn_at_first_request`): the schedule matters where the project is served, not
+    in the output of every management command (``migrate``, ``drf_create_token``)."""
     entries = (getattr(settings, "CELERY_BEAT_SCHEDULE", None) or {}).values()
     if any(isinstance(entry, dict) and entry.get("task") == SWEEP_TASK for entry in entries):
         return []
@@ -209,3 +217,58 @@ def check_sweep_scheduled(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             id="squad_memory.W003",
         )
     ]
+
+
+def warn_at_first_request(**kwargs: Any) -> None:
+    """W003 in a server's log (runserver, any WSGI or ASGI server), once, at the first request
+    it serves: Django runs no system check when a server starts, and runserver only those
+    that are not deployment checks. ``SILENCED_SYSTEM_CHECKS`` silences it here too."""
+    request_started.disconnect(warn_at_first_request)
+    if "squad_memory.W003" in settings.SILENCED_SYSTEM_CHECKS:
+        return
+    for warning in check_sweep_scheduled():
+        logger.warning("%s", warning)
+
+
+@register()
+def check_connections(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W004, once per process: a PostgreSQL database squad_memory's models are read from or
+    written to (the routers' choice) closes its connection after each use (``CONN_MAX_AGE``
+    0) and has no pool. A request is not slowed (it opens one connection), but an async
+    caller outside a request (AgentSquad in a bot, ``asyncio.run``) has each of its database
+    calls served as a request of its own (:mod:`squad_memory.threads`): three or four
+    connections opened and closed a turn, a turn several times slower."""
+    aliases = sorted(a for a in _used_aliases() if _opens_per_call(settings.DATABASES.get(a, {})))
+    if not aliases or "W004" in _REPORTED:
+        return []
+    _REPORTED.add("W004")
+    return [
+        Warning(
+            f"The database {alias!r} that squad_memory uses is PostgreSQL with CONN_MAX_AGE 0 "
+            "and no pool: an async caller (AgentSquad outside a Django request) opens and "
+            "closes a connection for each database call, three or four a turn, which makes a "
+            "turn several times slower.",
+            hint=f"In DATABASES[{alias!r}], set 'OPTIONS': {{'pool': True}} (Django 5.1+, "
+            "pip install 'psycopg[pool]'), or 'CONN_MAX_AGE': 60 with 'CONN_HEALTH_CHECKS': "
+            "True.",
+            id="squad_memory.W004",
+        )
+        for alias in aliases
+    ]
+
+
+def _used_aliases() -> set[str]:
+    """The aliases the routers send squad_memory's reads and writes to."""
+    models = apps.get_app_config(APP_LABEL).get_models()
+    return {alias for m in models for alias in (router.db_for_read(m), router.db_for_write(m))}
+
+
+#: The ``ENGINE`` of Django's PostgreSQL backends (GeoDjango's builds on it).
+_POSTGRESQL = ("django.db.backends.postgresql", "django.contrib.gis.db.backends.postgis")
+
+
+def _opens_per_call(database: Mapping[str, Any]) -> bool:
+    if database.get("ENGINE") not in _POSTGRESQL:
+        return False
+    options = database.get("OPTIONS") or {}
+    return database.get("CONN_MAX_AGE", 0) == 0 and not options.get("pool")

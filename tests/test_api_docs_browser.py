@@ -63,6 +63,8 @@ def test_redoc_lists_every_operation_offline(browser: Any, live_server: Any) -> 
     operations = schema_operations()
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     aborted = block_the_network(page)
+    refused: list[str] = []  # what the page's Content-Security-Policy stopped
+    page.on("console", lambda m: refused.append(m.text) if "Content Security" in m.text else None)
     page.goto(f"{live_server.url}/api/redoc/")
     page.wait_for_selector("[data-section-id^='operation/']", state="attached", timeout=15_000)
     sections = page.locator("[data-section-id^='operation/']").count()
@@ -73,5 +75,9 @@ def test_redoc_lists_every_operation_offline(browser: Any, live_server: Any) -> 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "api-redoc-offline.png"), full_page=False)
     page.wait_for_load_state("networkidle")  # the footer's logo, the fonts: asked for nothing
-    assert aborted == []
+    assert aborted == [] and refused == []
+    logo = page.locator("img[alt='redocly logo']")  # the side menu's "API docs by Redocly"
+    src = urlsplit(logo.get_attribute("src") or "")
+    assert src.path == "/static/squad_memory/api/redoc-logo.svg"
+    assert logo.evaluate("image => image.complete && image.naturalWidth > 0")  # it loaded
     assert urlsplit(page.url).hostname in {"localhost", "127.0.0.1"}

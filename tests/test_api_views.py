@@ -392,3 +392,56 @@ def test_not_found_reads_the_same_everywhere(users: Users) -> None:
         response = client.get(url)
         assert (response.status_code, response.json()) == (404, {"detail": "Not found."}), url
     assert client.delete("/api/sessions/unknown/").json() == {"detail": "Not found."}
+
+
+def test_the_api_root_links_to_the_login_page_that_admits_every_user(users: Users) -> None:
+    """The admin's login refuses a user who is not staff; DRF's, linked from the root, logs
+    them in and takes them to the API (not to LOGIN_REDIRECT_URL, a 404 here)."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    login = client_for(None).get("/api/").json()["login"]
+    assert login == "http://testserver/api-auth/login/?next=/api/"
+    get_user_model().objects.create_user("browsing-reader", password="a long passphrase")
+    browser = Client()
+    done = browser.post(login, {"username": "browsing-reader", "password": "a long passphrase"})
+    assert done.status_code == 302 and done["Location"] == "/api/"
+    assert browser.get("/api/slots/", HTTP_ACCEPT="application/json").status_code == 200
+
+
+API_WITHOUT_LOGIN = "tests.api_without_login_urls"
+
+
+def test_the_api_root_has_no_login_link_where_drfs_login_is_not_mounted(db: Any) -> None:
+    with override_settings(ROOT_URLCONF=API_WITHOUT_LOGIN):
+        links = client_for(None).get("/api/").json()
+    assert "login" not in links and "slots" in links
+
+
+def test_redoc_loads_a_bundle_whose_logo_is_served_here(db: Any) -> None:
+    """ReDoc's bundle asks its CDN for the side menu's logo whatever its options (the page's
+    Content-Security-Policy refused it); the page loads a copy that asks this server."""
+    from django.contrib.staticfiles import finders
+    from django.test import Client
+
+    page = Client().get("/api/redoc/").content.decode()
+    assert '<script src="/api/redoc/redoc.standalone.js">' in page
+    bundle = Client().get("/api/redoc/redoc.standalone.js")
+    assert bundle.status_code == 200 and bundle["Content-Type"].startswith("text/javascript")
+    text = b"".join(bundle).decode() if bundle.streaming else bundle.content.decode()
+    assert "cdn.redoc.ly" not in text and "Redoc.init" not in page.split("<script")[0]
+    assert '"/static/squad_memory/api/redoc-logo.svg"' in text
+    assert text.rstrip().endswith(
+        "sourceMappingURL=/static/drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js.map"
+    )
+    assert finders.find("squad_memory/api/redoc-logo.svg")
+
+
+def test_without_the_sidecar_redoc_loads_its_cdn_and_the_copy_is_not_found(db: Any) -> None:
+    from django.test import Client, modify_settings
+
+    with modify_settings(INSTALLED_APPS={"remove": ["drf_spectacular_sidecar"]}):
+        page = Client().get("/api/redoc/").content.decode()
+        missing = Client().get("/api/redoc/redoc.standalone.js")
+    assert "/api/redoc/redoc.standalone.js" not in page and "redoc.standalone.js" in page
+    assert missing.status_code == 404 and missing.json() == {"detail": "Not found."}

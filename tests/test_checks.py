@@ -200,3 +200,113 @@ def test_w003_names_celery_beat_only_where_celery_is_installed(monkeypatch: Any)
     text = f"{warning.msg} {warning.hint}"
     assert "cron" in text and "squad_memory_sweep" in text
     assert "beat" not in text.lower() and "CELERY" not in text
+
+
+def test_w003_is_a_deployment_check_not_one_of_every_command() -> None:
+    """``migrate`` or ``drf_create_token`` run the checks that are not deployment checks:
+    W003 is not among them (it was printed into their output); ``check --deploy`` gives it."""
+    from django.core.checks import run_checks
+
+    checks._REPORTED.clear()
+    with override_settings(CELERY_BEAT_SCHEDULE={}):
+        assert "squad_memory.W003" not in [m.id for m in run_checks()]
+        deploy = run_checks(include_deployment_checks=True)
+    assert "squad_memory.W003" in [m.id for m in deploy]
+    out, err = StringIO(), StringIO()
+    checks._REPORTED.clear()
+    with override_settings(CELERY_BEAT_SCHEDULE={}):
+        call_command("check", stdout=out, stderr=err)
+    assert "W003" not in out.getvalue() + err.getvalue()
+
+
+@pytest.fixture
+def first_request_hook() -> Any:
+    """The hook connected again (an earlier request of this process took it off)."""
+    from django.core.signals import request_started
+
+    checks._REPORTED.clear()
+    request_started.connect(checks.warn_at_first_request)
+    yield
+    request_started.disconnect(checks.warn_at_first_request)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("first_request_hook")
+def test_a_server_logs_w003_at_its_first_request(caplog: pytest.LogCaptureFixture) -> None:
+    from django.test import Client
+
+    with override_settings(CELERY_BEAT_SCHEDULE={}), caplog.at_level("WARNING", "squad_memory"):
+        Client().get("/api/")
+        Client().get("/api/")
+    [record] = [r for r in caplog.records if "squad_memory.W003" in r.getMessage()]
+    assert "squad_memory_sweep" in record.getMessage()  # the hint, too
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("first_request_hook")
+def test_a_silenced_w003_is_not_logged_at_the_first_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from django.test import Client
+
+    silenced = {"CELERY_BEAT_SCHEDULE": {}, "SILENCED_SYSTEM_CHECKS": ["squad_memory.W003"]}
+    with override_settings(**silenced), caplog.at_level("WARNING", "squad_memory"):
+        Client().get("/api/")
+    assert not [r for r in caplog.records if "W003" in r.getMessage()]
+
+
+def postgresql(**database: Any) -> dict[str, Any]:
+    return {"ENGINE": "django.db.backends.postgresql", "NAME": "app", **database}
+
+
+def connection_warnings(default: dict[str, Any], **more: dict[str, Any]) -> list[Any]:
+    """W004 for these DATABASES (read only: nothing connects)."""
+    checks._REPORTED.clear()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Overriding setting DATABASES": only read here
+        with override_settings(DATABASES={"default": default, **more}):
+            return checks.check_connections()
+
+
+def test_w004_where_async_callers_open_a_connection_per_call() -> None:
+    [warning] = connection_warnings(postgresql())  # Django's default CONN_MAX_AGE: 0
+    assert warning.id == "squad_memory.W004" and "'default'" in warning.msg
+    assert "async" in warning.msg and "pool" in (warning.hint or "")
+    assert "CONN_MAX_AGE" in (warning.hint or "") and "CONN_HEALTH_CHECKS" in (warning.hint or "")
+    assert connection_warnings(postgresql(CONN_MAX_AGE=0)) != []
+
+
+@pytest.mark.parametrize(
+    "database",
+    [
+        postgresql(OPTIONS={"pool": True}),
+        postgresql(OPTIONS={"pool": {"min_size": 2, "max_size": 30}}),
+        postgresql(CONN_MAX_AGE=60, CONN_HEALTH_CHECKS=True),
+        postgresql(CONN_MAX_AGE=None),
+        {"ENGINE": "django.db.backends.sqlite3", "NAME": "db.sqlite3"},
+    ],
+)
+def test_w004_is_silenced_by_a_pool_or_kept_connections(database: dict[str, Any]) -> None:
+    assert connection_warnings(database) == []
+
+
+def test_w004_looks_at_the_database_the_router_gives_squad_memory(settings: Any) -> None:
+    """A project whose router keeps squad_memory in "memory": that database's settings count."""
+    settings.DATABASE_ROUTERS = ["tests.test_routing.OwnDatabaseRouter"]
+    kept = postgresql(CONN_MAX_AGE=60)
+    [warning] = connection_warnings(kept, memory=postgresql())
+    assert "'memory'" in warning.msg
+    assert connection_warnings(postgresql(), memory=kept) == []
+
+
+def test_w004_is_given_once_per_process() -> None:
+    checks._REPORTED.clear()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with override_settings(DATABASES={"default": postgresql()}):
+            assert len(checks.check_connections()) == 1
+            assert checks.check_connections() == []  # runserver's reloads, a nested command

@@ -114,23 +114,23 @@ class Browser:
             return exc.code, exc.read().decode()
 
     def login(self, username: str, password: str) -> None:
-        self.get("/admin/login/")
+        landed = self.submit_login("/admin/login/?next=/admin/", username, password)
+        assert landed.endswith("/admin/"), "admin login failed"
+
+    def submit_login(self, page: str, username: str, password: str) -> str:
+        """Fill in the login form at ``page`` (its ``next`` in the query) as a browser
+        does; the URL the browser lands on."""
+        status, _ = self.get(page)
+        assert status == 200, page
         token = next(c.value for c in self.jar if c.name == "csrftoken")
-        form = urllib.parse.urlencode(
-            {
-                "username": username,
-                "password": password,
-                "csrfmiddlewaretoken": token,
-                "next": "/admin/",
-            }
-        )
+        form = {"username": username, "password": password, "csrfmiddlewaretoken": token}
         request = urllib.request.Request(
-            self.base + "/admin/login/",
-            data=form.encode(),
-            headers={"Referer": self.base + "/admin/login/"},
+            self.base + page,
+            data=urllib.parse.urlencode(form).encode(),
+            headers={"Referer": self.base + page},
         )
         with self.opener.open(request, timeout=30) as reply:
-            assert reply.geturl().endswith("/admin/"), "admin login failed"
+            return str(reply.geturl())
 
 
 def test_demo_sets_up_plays_and_serves(served: tuple[str, str, Path]) -> None:
@@ -150,6 +150,11 @@ def test_demo_sets_up_plays_and_serves(served: tuple[str, str, Path]) -> None:
     assert status == 200 and isinstance(json.loads(body), (dict, list))
     status, _ = browser.get("/api/docs/")
     assert status == 200
+    # The API's login link it prints lands on the API (not on /accounts/profile/, a 404).
+    login = re.search(r"\(log in at (\S+), or use the token below\)", output)
+    assert login and login[1] == f"{base}/api-auth/login/?next=/api/", output
+    landed = Browser(base).submit_login(login[1].removeprefix(base), "admin", match.group(1))
+    assert landed == f"{base}/api/"
     # The summary taking over, and the slot page it names, which shows it.
     took_over = TOOK_OVER.search(output)
     assert took_over, output
@@ -211,6 +216,37 @@ def fresh_shell(command: str, var_dir: Path) -> subprocess.CompletedProcess[str]
     return subprocess.run(
         ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
     )
+
+
+def test_the_demo_says_its_port_is_taken_before_anything_else(tmp_path: Path) -> None:
+    """A port another process listens on is the first thing said, with how to move it: no
+    migration, admin, token or curl line before the failure."""
+
+    def demo(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "manage.py", "demo", "--addrport", f"127.0.0.1:{port}"]
+        return subprocess.run(
+            [*command, *args],
+            cwd=ROOT,
+            env=demo_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = demo()
+        checked = demo("--check-port")  # what make demo runs first
+    for run in (done, checked):
+        assert run.returncode != 0 and run.stdout == "", run.stdout
+        assert f"Cannot serve on 127.0.0.1:{port}" in run.stderr, run.stderr
+        assert f"--addrport {port + 1}" in run.stderr and "DEMO_ARGS" in run.stderr
+    assert not (tmp_path / "db.sqlite3").exists()  # not migrated
+    free = demo("--check-port")
+    assert free.returncode == 0 and free.stdout == "", free.stderr
+    assert not (tmp_path / "db.sqlite3").exists()  # checked the port, and nothing else
 
 
 def test_the_commands_the_demo_prints_work_as_printed(tmp_path: Path) -> None:

@@ -347,6 +347,48 @@ def test_make_demo_keeps_compressing_across_a_postgresql_restart(
 
 
 @pytest.mark.own_database  # make demo's SQLite file
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "term"])
+def test_make_demo_ends_with_its_worker_and_does_not_say_it_restarts_it(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    """Ctrl-C (SIGINT to the terminal's foreground group: make, the shells, the server and
+    the worker) or TERM ends the demo, its worker and the loop that restarts it, quietly."""
+    demo = make_demo(tmp_path, f"DEMO_ARGS=--addrport 127.0.0.1:{free_port()}")
+    lines = demo_output(demo)
+    started = re.compile(r"db_worker \(pid (\d+)\), no broker")
+    try:
+        wait_for(lambda: any("Quit the server" in line for line in lines), 120, "the demo")
+        (worker,) = [int(pid) for pid in started.findall("".join(lines))]
+        os.killpg(demo.pid, stop)
+        demo.wait(20)
+        wait_for(lambda: not _alive(demo.pid), 10, "the server and the worker to stop")
+    finally:
+        if _alive(demo.pid):
+            os.killpg(demo.pid, signal.SIGKILL)
+    output = "".join(lines)
+    assert "starting it again" not in output and "exited with" not in output, output
+    assert len(started.findall(output)) == 1 and not _running(worker)
+
+
+@pytest.mark.own_database  # make demo's SQLite file
+def test_make_demo_checks_its_port_before_anything_else(tmp_path: Path) -> None:
+    """With its port taken, make demo says so, and which variable moves it, before it
+    migrates, starts a worker or prints an address, a token or a curl line."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        demo = make_demo(tmp_path, f"DEMO_ARGS=--addrport 127.0.0.1:{port}")
+        output, _ = demo.communicate(timeout=120)
+    assert demo.returncode != 0, output
+    assert f"Cannot serve on 127.0.0.1:{port}" in output, output
+    assert f'DEMO_ARGS="--addrport {port + 1}"' in output
+    for later in ("Database", "db_worker", "Admin", "API token", "curl", "http://"):
+        assert later not in output, output
+    assert not (tmp_path / "db.sqlite3").exists()  # not migrated
+
+
+@pytest.mark.own_database  # make demo's SQLite file
 def test_make_demo_runs_inline_one_setting_away(tmp_path: Path) -> None:
     demo = make_demo(tmp_path, "SQUAD_MEMORY_MODE=inline", "DEMO_ARGS=--no-serve")
     output, _ = demo.communicate(timeout=180)

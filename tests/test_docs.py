@@ -477,6 +477,11 @@ auth = {"HTTP_AUTHORIZATION": "Token " + Token.objects.create(user=User.objects.
 body = '{"session_id": "first", "agent_id": "support", "message": {"role": "user", "content": [{"text": "Are you still there?"}]}}'
 print("post", client.post("/api/slots/messages/", body, content_type="application/json", **auth).status_code)
 print("slots", [s["user_id"] for s in client.get("/api/slots/", **auth).json()["results"]])
+login = client.get("/api/").json()["login"]  # the root's link to DRF's login page
+browser = Client(SERVER_NAME="localhost")
+done = browser.post(login, {"username": "alice", "password": "a long passphrase of alice's"})
+print("login", done.status_code, done["Location"])
+print("browsable", browser.get("/api/slots/", HTTP_ACCEPT="text/html").status_code)
 """
 
 
@@ -485,6 +490,7 @@ def test_the_tutorial_in_a_fresh_startproject(tmp_path: Path) -> None:
     """What a new user pastes: startproject, the settings block at the end of
     settings.py, the URLs, migrate, check, the conversation, the permission, the API."""
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["PYTHONPATH"] = str(ROOT)  # this checkout's squad_memory, wherever the venv's points
 
     def run(*args: str, stdin: str | None = None) -> str:
         done = subprocess.run(
@@ -501,7 +507,7 @@ def test_the_tutorial_in_a_fresh_startproject(tmp_path: Path) -> None:
         if snippet.path:
             (tmp_path / snippet.path).write_text(snippet.code)
     manage = (sys.executable, "manage.py")
-    assert "ERRORS" not in run(*manage, "check")
+    assert "no issues" in run(*manage, "check")  # W003 waits for the server
     run(*manage, "migrate", "-v0")
     talk = run(*manage, "shell", stdin=(tmp_path / "mysite" / "talk.py").read_text())
     for line in ("21 I was given 40 messages", "22 I was given 6 messages", "23 I was given 8"):
@@ -510,3 +516,59 @@ def test_the_tutorial_in_a_fresh_startproject(tmp_path: Path) -> None:
     run(*manage, "shell", stdin=grant)
     answers = run(*manage, "shell", stdin=API_TRY)
     assert "post 201" in answers and "slots ['alice']" in answers, answers
+    # alice, who is not staff, logs in to the browsable API, as the tutorial says
+    assert "login 302 /api/" in answers and "browsable 200" in answers, answers
+
+
+# -- the API reference ------------------------------------------------------------------
+API_REFERENCE = ROOT / "docs/reference/api.md"
+
+
+def api_section(title: str) -> str:
+    text = API_REFERENCE.read_text()
+    start = text.index(f"\n### {title}\n")
+    return text[start : text.index("\n### ", start + 1)]
+
+
+def test_the_api_reference_names_every_field_of_the_buffers_answer() -> None:
+    """A frontend reads the buffer from the reference: its example has every field of the
+    answer and of each message, and the text says what each is."""
+    from squad_memory.api.serializers import BufferSerializer, ContentMessageSerializer
+
+    section = api_section("GET /api/slots/{id}/buffer/")
+    (example,) = [s.code for s in snippets(API_REFERENCE) if s.lang == "json" and s.code in section]
+    answer = json.loads(example)
+    fields = set(BufferSerializer().fields)
+    assert set(answer) == fields
+    message_fields = set(ContentMessageSerializer().fields)
+    assert all(set(message) == message_fields for message in answer["messages"])
+    for name in fields | message_fields:
+        assert f"- `{name}`:" in section or f"`{name}` (" in section, name
+
+
+#: The comment above a post of the examples, and its body.
+POSTS = re.compile(
+    r"((?:^# [^\n]*\n)+)curl -s -X POST \"\$API/slots/messages/\"[^']*-d '([^']*)'", re.M
+)
+
+
+def test_the_api_references_posts_answer_as_its_examples_say() -> None:
+    """The examples' posts, in order, as a user with the posting permission: a turn is two
+    posts (201 each), and the one whose comment says "skipped": true stores nothing."""
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user("frontend")
+    user.user_permissions.add(Permission.objects.get(codename="add_message"))
+    client = Client()
+    client.force_login(user)
+    (examples,) = [s.code for s in snippets(API_REFERENCE) if s.lang == "bash" and "$API" in s.code]
+    posts = POSTS.findall(examples)
+    assert len(posts) >= 3
+    for comment, body in posts:
+        answer = client.post("/api/slots/messages/", body, content_type="application/json")
+        if '"skipped": true' in comment:
+            assert answer.status_code == 200, answer.content
+            assert answer.json()["skipped"] is True and answer.json()["stored"] == []
+        else:
+            assert answer.status_code == 201, answer.content
+            assert answer.json()["skipped"] is False

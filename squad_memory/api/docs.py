@@ -6,11 +6,17 @@ need ``REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] = "drf_spectacular.openapi.AutoSch
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from importlib import resources
 from typing import Any
 
 from django.apps import apps
 from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.templatetags.static import static
+from django.urls import reverse
+from django.utils.cache import patch_cache_control
 from drf_spectacular.authentication import TokenScheme
 from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
 from drf_spectacular.plumbing import ResolvedComponent
@@ -28,6 +34,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 import squad_memory
+from squad_memory.api import errors
 from squad_memory.api.serializers import (
     ID_SCHEMA,
     ErrorSerializer,
@@ -246,8 +253,45 @@ class SwaggerView(_Documented, SpectacularSwaggerView):
 
 
 class RedocView(_Documented, SpectacularRedocView):
-    """ReDoc without its web fonts (a template of ours) or its footer's logo (which no
-    option hides: the page's Content-Security-Policy lets images come from here only)."""
+    """ReDoc without its web fonts (a template of ours), its side menu's logo served from
+    here (:func:`redoc_bundle`); the page's Content-Security-Policy lets images come from
+    here only."""
 
     template_name = "squad_memory/api/redoc.html"
     extra_headers = {"Content-Security-Policy": "img-src 'self' data:"}
+
+    @staticmethod
+    def _redoc_standalone() -> str:
+        if not apps.is_installed("drf_spectacular_sidecar"):
+            return str(SpectacularRedocView._redoc_standalone())  # type: ignore[no-untyped-call]
+        return reverse("squad_memory_api:redoc-bundle")
+
+
+#: The sidecar's ReDoc bundle, and what it asks another host for whatever its options: the
+#: logo of its side menu's "API docs by Redocly" link.
+REDOC_BUNDLE = "drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js"
+REDOC_CDN_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+REDOC_LOGO = "squad_memory/api/redoc-logo.svg"
+
+
+def redoc_bundle(request: HttpRequest) -> HttpResponse:
+    """``redoc/redoc.standalone.js``: the sidecar's ReDoc with the logo it would fetch from
+    its CDN served from this server's static files, so the page asks no other host."""
+    if not apps.is_installed("drf_spectacular_sidecar"):  # the page loads ReDoc's CDN
+        return errors.not_found(request)
+    response = HttpResponse(
+        _local_bundle(static(REDOC_LOGO), static(f"{REDOC_BUNDLE}.map")),
+        content_type="text/javascript; charset=utf-8",
+    )
+    patch_cache_control(response, public=True, max_age=3600)
+    return response
+
+
+@functools.cache
+def _local_bundle(logo: str, source_map: str) -> str:
+    """The bundle (1 MB, read once a process) with the logo's and the source map's URLs."""
+    path = resources.files("drf_spectacular_sidecar") / "static" / REDOC_BUNDLE
+    text = path.read_text(encoding="utf-8").replace(REDOC_CDN_LOGO, logo)
+    return text.replace(
+        "sourceMappingURL=redoc.standalone.js.map", f"sourceMappingURL={source_map}"
+    )

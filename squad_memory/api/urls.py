@@ -29,6 +29,7 @@ urlpatterns = [
     path("schema/", docs.SchemaView.as_view(), name="schema"),
     path("docs/", docs.SwaggerView.as_view(url_name="squad_memory_api:schema"), name="docs"),
     path("redoc/", docs.RedocView.as_view(url_name="squad_memory_api:schema"), name="redoc"),
+    path("redoc/redoc.standalone.js", docs.redoc_bundle, name="redoc-bundle"),
     path("", include(router.urls)),
     re_path(r"^(?P<path>.*)$", errors.not_found),
 ]

@@ -15,7 +15,7 @@ from urllib.parse import quote
 from django.db import transaction
 from django.db.models import Max, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Substr
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
@@ -586,7 +586,9 @@ class SearchView(ApiMixin, generics.GenericAPIView[Message]):
 
 
 class RootView(ApiMixin):
-    """``GET /api/``: where each endpoint is (``{...}`` marks a part to fill in)."""
+    """``GET /api/``: where each endpoint is (``{...}`` marks a part to fill in), and the
+    browsable API's login page where the project mounts DRF's (``rest_framework.urls``):
+    the admin's login admits staff only."""
 
     permission_classes = [AllowAny]
 
@@ -604,4 +606,10 @@ class RootView(ApiMixin):
             "docs": "docs/",
             "redoc": "redoc/",
         }
-        return Response({name: root + path for name, path in paths.items()})
+        links = {name: root + path for name, path in paths.items()}
+        try:
+            login = reverse("rest_framework:login")
+        except NoReverseMatch:
+            return Response(links)
+        next_page = quote(reverse("squad_memory_api:root"), safe="/")
+        return Response({**links, "login": request.build_absolute_uri(f"{login}?next={next_page}")})

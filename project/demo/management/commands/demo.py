@@ -1,5 +1,5 @@
-"""``manage.py demo``: migrate, create an admin, play a conversation, show the summary
-taking over, serve on 127.0.0.1:8000."""
+"""``manage.py demo``: check the port, migrate, create an admin, play a conversation, show the
+summary taking over, serve on 127.0.0.1:8000."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import socket
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,30 @@ def served_at(addrport: str) -> str:
     return f"http://{host.get(addr, addr)}:{port}"
 
 
+def port_problem(addrport: str) -> str | None:
+    """Why runserver could not listen on ``addrport`` (another process listens there), or
+    None. Asked before anything is set up, so a taken port is the first thing said."""
+    match = re.match(naiveip_re, addrport)
+    if match is None:
+        return f"--addrport {addrport!r} is not a port or an address:port pair."
+    addr = (match["addr"] or "127.0.0.1").strip("[]")
+    port = int(match["port"])
+    try:
+        (family, kind, proto, _, address), *_ = socket.getaddrinfo(
+            "0.0.0.0" if addr == "0" else addr, port, type=socket.SOCK_STREAM
+        )
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as runserver's
+            probe.bind(address)
+    except OSError as exc:
+        return (
+            f"Cannot serve on {addrport}: {exc.strerror or exc} (another server, or a demo "
+            f"still running?). Serve on another port: `manage.py demo --addrport {port + 1}`, "
+            f'or with make: make demo DEMO_ARGS="--addrport {port + 1}".'
+        )
+    return None
+
+
 def _here(path: Path) -> str:
     return os.path.relpath(path) if path.is_relative_to(Path.cwd()) else str(path)
 
@@ -77,6 +102,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--no-serve", action="store_true", help="set up and play, then exit")
         parser.add_argument("--addrport", default="127.0.0.1:8000", help="where to serve")
+        parser.add_argument(
+            "--check-port",
+            action="store_true",
+            help="only check that --addrport is free (unless --no-serve), then exit",
+        )
         parser.add_argument("--username", default="admin", help="admin user name")
         parser.add_argument(
             "--reset-password",
@@ -98,6 +128,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         addrport = options["addrport"]
         base = served_at(addrport)
+        if not options["no_serve"] and (problem := port_problem(addrport)):
+            raise CommandError(problem)
+        if options["check_port"]:
+            return
         self._describe_setup()
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write("Database migrated.")
@@ -240,8 +274,8 @@ class Command(BaseCommand):
             "\nWhere to look:\n"
             f"  Admin:     {base}/admin/  (user {username!r})\n"
             f"  Slots:     {base}{reverse('admin:squad_memory_slot_changelist')}\n"
-            f"  API:       {base}/api/sessions/  (log in at {base}/api-auth/login/, or use the "
-            "token below)\n"
+            f"  API:       {base}/api/sessions/  (log in at {base}/api-auth/login/?next=/api/, "
+            "or use the token below)\n"
             f"  API docs:  {base}/api/docs/\n"
             f"  Export:    {manage_command('squad_memory_export', '--session', session)}\n"
         )
