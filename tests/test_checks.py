@@ -108,6 +108,17 @@ def test_migrations_are_complete() -> None:
     call_command("makemigrations", "squad_memory", "--check", "--dry-run", stdout=out)
 
 
+@pytest.mark.django_db
+@pytest.mark.postgres
+def test_the_activity_index_is_built_concurrently_on_postgres() -> None:
+    """A big slot table keeps taking writes while the index builds on PostgreSQL (the other
+    databases build it plainly: every test database migrates through it)."""
+    out = StringIO()
+    call_command("sqlmigrate", "squad_memory", "0009", stdout=out)
+    assert "CREATE INDEX CONCURRENTLY" in out.getvalue(), out.getvalue()
+    assert "squad_memory_slot_activity" in out.getvalue()
+
+
 def test_a_warning_where_nothing_schedules_the_sweep() -> None:
     from squad_memory.management.commands.squad_memory_sweep import Command
 

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from django.db import transaction
-from django.db.models import Max, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Substr
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema, extend_schema_view
@@ -418,6 +418,20 @@ class SlotViewSet(
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+def newest_of_each_session(slots: SlotQuerySet) -> SlotQuerySet:
+    """Of ``slots``, each session's newest slot by ``(updated_at, id)``: the row that stands
+    for the session in the list, its position. Found by walking slots newest first through
+    an index, each checked against its session's few other slots (no grouping of them all)."""
+    newer = Slot.objects.filter(
+        Q(updated_at__gt=OuterRef("updated_at"))
+        | Q(updated_at=OuterRef("updated_at"), pk__gt=OuterRef("pk")),
+        namespace=OuterRef("namespace"),
+        user_id=OuterRef("user_id"),
+        session_id=OuterRef("session_id"),
+    )
+    return slots.filter(~Exists(newer)).only("id", "user_id", "session_id", "updated_at")
+
+
 class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
     """``GET /sessions/``: a user's sessions, the most recently active first."""
 
@@ -436,29 +450,24 @@ class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
     def get(self, request: Request) -> Response:
         slots = access.visible_slots(request.user, get_storage().namespace)
         slots = slots.filter(**query(serializers.UserQuerySerializer, request))
-        grouped = slots.values("user_id", "session_id").order_by()
-        sessions: Any = grouped.annotate(last_activity=Max("updated_at"), total=Sum("last_seq"))
-        page: list[dict[str, Any]] = self.paginate_queryset(sessions) or []
+        page: list[Slot] = self.paginate_queryset(newest_of_each_session(slots)) or []
         root = request.build_absolute_uri(reverse("squad_memory_api:root"))
         agents = self._agents(slots, page)
         readable = access.message_reader(request.user)
         data = [
-            self._session(
-                readable(row["user_id"]), root, row, agents[row["user_id"], row["session_id"]]
-            )
-            for row in page
+            self._session(readable(slot.user_id), root, slot, agents[slot.user_id, slot.session_id])
+            for slot in page
+            if agents[slot.user_id, slot.session_id]  # deleted since the page was read
         ]
         return self.get_paginated_response(serializers.SessionSerializer(data, many=True).data)
 
     @staticmethod
-    def _agents(
-        slots: SlotQuerySet, page: list[dict[str, Any]]
-    ) -> dict[tuple[str, str], list[Slot]]:
+    def _agents(slots: SlotQuerySet, page: list[Slot]) -> dict[tuple[str, str], list[Slot]]:
         """The slots of the page's sessions, newest first, each with its last message's text."""
         agents: dict[tuple[str, str], list[Slot]] = defaultdict(list)
         if not page:
             return agents
-        keys = {(row["user_id"], row["session_id"]) for row in page}
+        keys = {(slot.user_id, slot.session_id) for slot in page}
         last = Message.objects.filter(slot_id=OuterRef("pk"), seq=OuterRef("last_seq"))
         found = (
             slots.filter(user_id__in={u for u, _ in keys}, session_id__in={s for _, s in keys})
@@ -472,15 +481,15 @@ class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
         return agents
 
     @staticmethod
-    def _session(
-        readable: bool, root: str, row: dict[str, Any], agents: list[Slot]
-    ) -> dict[str, Any]:
+    def _session(readable: bool, root: str, position: Slot, agents: list[Slot]) -> dict[str, Any]:
         newest = agents[0]
         preview = newest.preview  # type: ignore[attr-defined]
         last = {"agent_id": newest.agent_id, "role": newest.last_role, "preview": preview}
         return {
-            **row,
-            "message_count": row["total"],
+            "user_id": position.user_id,
+            "session_id": position.session_id,
+            "last_activity": position.updated_at,
+            "message_count": sum(slot.last_seq for slot in agents),
             "agents": [
                 {
                     "agent_id": slot.agent_id,
@@ -491,7 +500,7 @@ class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
                 for slot in agents
             ],
             "last_message": last if readable else None,
-            "history": f"{root}sessions/{quote(row['session_id'], safe='')}/history/",
+            "history": f"{root}sessions/{quote(position.session_id, safe='')}/history/",
         }
 
 
