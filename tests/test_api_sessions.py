@@ -317,3 +317,69 @@ def test_a_page_of_sessions_reads_its_slots_through_an_index(users: Users, staff
             if n.get("Relation Name") == Slot._meta.db_table
         )
         assert slot_rows < 300, json.dumps(plan)[:2000]
+
+
+def _history(client: Any, path: str) -> list[list[str]]:
+    """The texts of each page of a session's history from ``path`` on, by next links."""
+    pages = []
+    while path:
+        response = client.get(path)
+        assert response.status_code == 200, response.content[:300]
+        body = response.json()
+        pages.append([m["content"][0]["text"] for m in body["messages"]])
+        path = body["next"]
+    return pages
+
+
+def test_a_sessions_history_pages_newest_first(users: Users) -> None:
+    client = client_for(users.owner)
+    for turn in range(7):
+        agent = {"session_id": "s", "agent_id": "tech" if turn % 2 else "travel"}
+        post(client, {**agent, "message": one("user", f"q{turn}")})
+        post(client, {**agent, "message": one("assistant", f"a{turn}")})
+    (whole,) = _history(client, "/api/sessions/s/history/?page_size=500")
+    assert len(whole) == 14 and whole[:2] == ["q0", "[travel] a0"]
+
+    pages = _history(client, "/api/sessions/s/history/?page_size=4")
+
+    assert [len(page) for page in pages] == [4, 4, 4, 2]
+    assert pages[0] == ["q5", "[tech] a5", "q6", "[travel] a6"]
+    assert [text for page in reversed(pages) for text in page] == whole
+    first = client.get("/api/sessions/s/history/").json()  # 50 a page by default
+    assert len(first["messages"]) == 14 and first["next"] is None
+
+
+@pytest.mark.parametrize(
+    "position",
+    ["", "x", "1", "1.", "1.2 ", "1.-2", "1.2.3", "1.2,3.4", "1.99999999999999999999", "é.1"],
+)
+def test_a_crafted_history_cursor_is_not_found(users: Users, position: str) -> None:
+    client = client_for(users.owner)
+    fill(users.owner, 4, session="s")
+    cursor = b64encode(urlencode({"p": position}).encode()).decode()
+    response = client.get("/api/sessions/s/history/", {"cursor": cursor})
+    assert response.status_code == 404, position
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    position=st.one_of(
+        st.text(max_size=30),
+        st.lists(st.tuples(st.integers(-5, 2**64), st.integers(-5, 2**64)), max_size=4).map(
+            lambda pairs: " ".join(f"{a}.{b}" for a, b in pairs)
+        ),
+    ),
+    reverse=st.sampled_from(["0", "1"]),
+)
+def test_any_history_cursor_is_a_page_or_not_found(
+    users: Users, position: str, reverse: str
+) -> None:
+    client = client_for(users.owner)
+    fill(users.owner, 4, session="s")
+    cursor = b64encode(urlencode({"p": position, "r": reverse}).encode()).decode()
+    response = client.get("/api/sessions/s/history/", {"cursor": cursor})
+    assert response.status_code in (200, 404), (position, response.content[:200])
+    if response.status_code == 200:
+        assert len(response.json()["messages"]) <= 50  # a page

@@ -54,6 +54,9 @@ def test_defaults_pass() -> None:
         ({"RETRY_BACKOFF": -1}, "squad_memory.E009"),
         ({"RETRY_BACKOFF_MAX": "60"}, "squad_memory.E009"),
         ({"SEARCH_TIMEOUT": -1}, "squad_memory.E009"),
+        ({"FETCH_ALL_LIMIT": 0}, "squad_memory.E009"),
+        ({"FETCH_ALL_LIMIT": 2.5}, "squad_memory.E009"),
+        ({"FETCH_ALL_LIMIT": "1000"}, "squad_memory.E009"),
         ({"MAX_ID_LENGTH": 0}, "squad_memory.E010"),
         ({"MAX_SUMMARY_CHARS": 50}, "squad_memory.E021"),
         ({"LLM": {"TIMEOUT": 0}}, "squad_memory.E025"),
@@ -161,6 +164,7 @@ def test_every_numeric_setting_has_a_checked_range() -> None:
         ("CLAIM_LEASE", 0, lambda: app_settings.claim_lease),
         ("PUBLISH_TIMEOUT", -1, lambda: app_settings.publish_timeout),
         ("RETRY_BACKOFF", -2, lambda: app_settings.retry_backoff),
+        ("FETCH_ALL_LIMIT", 0, lambda: app_settings.fetch_all_limit),
         ("LLM", {"TIMEOUT": 0}, lambda: app_settings.llm),
     ],
 )

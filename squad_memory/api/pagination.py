@@ -173,3 +173,33 @@ def _beyond(position: tuple[datetime, int], reverse: bool) -> Q:
     if reverse:
         return Q(updated_at__gte=moment) & (Q(updated_at__gt=moment) | Q(pk__gt=pk))
     return Q(updated_at__lte=moment) & (Q(updated_at__lt=moment) | Q(pk__lt=pk))
+
+
+#: A history position: ``slot.seq`` pairs, a space apart (a session has a few agents).
+_HISTORY_POSITION = re.compile(r"[0-9]{1,18}\.[0-9]{1,18}( [0-9]{1,18}\.[0-9]{1,18}){0,999}")
+
+
+class HistoryPages(NewestFirst):
+    """A session's merged history, newest page first: each page holds the ``page_size``
+    messages before the previous page's, oldest first; its ``next`` link leads to older
+    ones. A cursor holds, for each of the session's slots, the sequence number its older
+    messages end before (``squad_memory.storage.memory.Before``)."""
+
+    def decode_before(self, request: Request) -> dict[int, int] | None:
+        """The position a request's cursor names (None: the newest page); 404 if crafted."""
+        cursor = CursorPagination.decode_cursor(self, request)
+        if cursor is None:
+            return None
+        position = str(cursor.position)
+        if cursor.reverse or not _HISTORY_POSITION.fullmatch(position):
+            raise NotFound(self.invalid_cursor_message)
+        pairs = (pair.split(".") for pair in position.split(" "))
+        return {int(slot): int(seq) for slot, seq in pairs}
+
+    def link(self, request: Request, before: dict[int, int]) -> str | None:
+        """The address of the page that ends at ``before`` (None for {}: nothing older)."""
+        if not before:
+            return None
+        self.base_url = request.build_absolute_uri()
+        position: Any = " ".join(f"{slot}.{seq}" for slot, seq in sorted(before.items()))
+        return self.encode_cursor(Cursor(0, False, position))

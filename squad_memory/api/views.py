@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Substr
 from django.urls import reverse
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import (
@@ -43,7 +43,7 @@ from squad_memory.api.docs import (
     responses,
 )
 from squad_memory.api.formats import RENDERERS, LimitedJSONParser, SafeJSONRenderer
-from squad_memory.api.pagination import ByActivity, BySeq, NewestFirst
+from squad_memory.api.pagination import ByActivity, BySeq, HistoryPages, NewestFirst
 from squad_memory.exceptions import SearchTimeout
 from squad_memory.models import Message, Outcome, Slot, SlotQuerySet
 from squad_memory.operations import forgetting
@@ -505,13 +505,32 @@ class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
 
 
 class SessionHistoryView(ApiMixin):
-    """A session's merged history of every agent, the same as ``fetch_all_chats``."""
+    """A session's merged history of every agent, as ``fetch_all_chats`` merges it, a page at
+    a time, the newest first (``HistoryPages``)."""
+
+    paging = [
+        OpenApiParameter(
+            "cursor",
+            str,
+            description="The page to read: the next link of the page after it (none: the "
+            "newest page).",
+        ),
+        OpenApiParameter(
+            "page_size",
+            {"type": "integer", "minimum": 1},
+            description=f"Messages per page ({HistoryPages.page_size} by default; more than "
+            f"{HistoryPages.max_page_size} are capped at {HistoryPages.max_page_size}).",
+        ),
+    ]
 
     @extend_schema(
         summary="Merged history of a session",
         description="Every agent's visible messages of the session by time; assistant text "
-        "is prefixed with [agent_id]. Staff with view_message may pass ?user_id=.",
-        parameters=[SESSION_ID, serializers.UserQuerySerializer],
+        "is prefixed with [agent_id]. Newest page first: a page holds the page_size messages "
+        "before the previous page's, oldest first; next links to the older ones (null: none "
+        "left). A message stored while a client pages is on a new first page, never on a "
+        "later one. Staff with view_message may pass ?user_id=.",
+        parameters=[SESSION_ID, serializers.UserQuerySerializer, *paging],
         responses=responses({200: serializers.HistorySerializer}, 400, 404),
     )
     def get(self, request: Request, session_id: str) -> Response:
@@ -519,14 +538,18 @@ class SessionHistoryView(ApiMixin):
         if given is not None and not access.may_read(request.user, given, MESSAGE):
             raise NotFound()
         user_id = given or access.user_id_for(request.user)
+        pages = HistoryPages()
+        size, before = pages.get_page_size(request), pages.decode_before(request)
         slots = access.visible_slots(request.user, get_storage().namespace)
         session = slots.filter(user_id=user_id, session_id=session_id)
         with errors.storage_errors(request, session):
-            messages = get_storage().fetch_all_chats_sync(user_id, session_id)
+            messages, older = get_storage().history_page_sync(user_id, session_id, size, before)
         if not messages and not session.exists():
             raise NotFound()  # as its DELETE answers
         data = {"user_id": user_id, "session_id": session_id, "messages": messages}
-        return Response(serializers.HistorySerializer(data).data)
+        return Response(
+            serializers.HistorySerializer({**data, "next": pages.link(request, older)}).data
+        )
 
 
 class SessionView(ApiMixin):
