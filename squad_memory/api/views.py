@@ -443,7 +443,9 @@ class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
         description="The requesting user's sessions, the most recently active first, each "
         "with its agents' slots, message count and the start of its last message: a chat "
         "sidebar. Staff with view_slot list every user's (?user_id= for one user's); the "
-        "last message needs view_message too.",
+        "last message needs view_message too. Sessions active at the same moment keep one "
+        "order; a session that gets a message while a client pages moves to the front, and "
+        "the next links do not list it again (reload the first page to see it there).",
         parameters=[serializers.UserQuerySerializer],
         responses=responses({200: serializers.SessionSerializer(many=True)}, 400, 404),
     )

@@ -167,8 +167,9 @@ class ForeignJournal(Journal):
         self, user_id: str, session_id: str, size: int, before: Before | None = None
     ) -> tuple[list[ConversationMessage], dict[int, int]]:
         """Pages cut from the store's ``fetch_all_chats`` answer (squad_memory keeps no rows
-        of an inactive slot): a position is ``{0: n}``, the page ends before its n-th message.
-        The store reads the whole session for each page."""
+        of an inactive slot): a position is ``{0: n}``, the page ends before its n-th message
+        (counted from the oldest, so a message stored meanwhile shifts nothing). The store
+        reads the whole session for each page."""
         answer = self.fetch_all(user_id, session_id)
         end = len(answer) if before is None else min(before.get(0, 0), len(answer))
         start = max(0, end - size)
