@@ -25,6 +25,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_BUFFER_PAIRS": None,
     "TRIGGER_TOKENS": None,
     "MAX_BUFFER_TOKENS": None,
+    # The most newest messages of each slot fetch_all_chats reads (None: every one).
+    "FETCH_ALL_LIMIT": 1000,
     "TOKEN_COUNTER": "squad_memory.rules.estimate_tokens",
     "ON_ERROR": "record",
     # "inline", "celery", "tasks", or the dotted path of a Dispatcher class.
@@ -125,6 +127,7 @@ NUMBERS: dict[str, Range] = {
     "MAX_BATCH_SIZE": Range(1, integer=True),
     "MAX_ID_LENGTH": Range(1, 255, integer=True),
     "MAX_SUMMARY_CHARS": Range(100, integer=True),
+    "FETCH_ALL_LIMIT": Range(1, integer=True, optional=True),
     # Past 10,000 parts a message, a batch at the size limit costs the server seconds
     # (``python -m bench.api_cost --bodies``).
     "MAX_CONTENT_BLOCKS": Range(1, 10_000, integer=True),
@@ -212,6 +215,7 @@ class Settings:
     max_buffer_pairs = Setting(_optional_int)
     trigger_tokens = Setting(_optional_int)
     max_buffer_tokens = Setting(_optional_int)
+    fetch_all_limit = Setting(_optional_int)
     on_error = Setting(str)
     mode = Setting(str)
     pending_timeout = Setting(float)

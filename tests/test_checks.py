@@ -54,6 +54,9 @@ def test_defaults_pass() -> None:
         ({"RETRY_BACKOFF": -1}, "squad_memory.E009"),
         ({"RETRY_BACKOFF_MAX": "60"}, "squad_memory.E009"),
         ({"SEARCH_TIMEOUT": -1}, "squad_memory.E009"),
+        ({"FETCH_ALL_LIMIT": 0}, "squad_memory.E009"),
+        ({"FETCH_ALL_LIMIT": 2.5}, "squad_memory.E009"),
+        ({"FETCH_ALL_LIMIT": "1000"}, "squad_memory.E009"),
         ({"MAX_ID_LENGTH": 0}, "squad_memory.E010"),
         ({"MAX_SUMMARY_CHARS": 50}, "squad_memory.E021"),
         ({"LLM": {"TIMEOUT": 0}}, "squad_memory.E025"),
@@ -108,6 +111,17 @@ def test_migrations_are_complete() -> None:
     call_command("makemigrations", "squad_memory", "--check", "--dry-run", stdout=out)
 
 
+@pytest.mark.django_db
+@pytest.mark.postgres
+def test_the_activity_index_is_built_concurrently_on_postgres() -> None:
+    """A big slot table keeps taking writes while the index builds on PostgreSQL (the other
+    databases build it plainly: every test database migrates through it)."""
+    out = StringIO()
+    call_command("sqlmigrate", "squad_memory", "0009", stdout=out)
+    assert "CREATE INDEX CONCURRENTLY" in out.getvalue(), out.getvalue()
+    assert "squad_memory_slot_activity" in out.getvalue()
+
+
 def test_a_warning_where_nothing_schedules_the_sweep() -> None:
     from squad_memory.management.commands.squad_memory_sweep import Command
 
@@ -150,6 +164,7 @@ def test_every_numeric_setting_has_a_checked_range() -> None:
         ("CLAIM_LEASE", 0, lambda: app_settings.claim_lease),
         ("PUBLISH_TIMEOUT", -1, lambda: app_settings.publish_timeout),
         ("RETRY_BACKOFF", -2, lambda: app_settings.retry_backoff),
+        ("FETCH_ALL_LIMIT", 0, lambda: app_settings.fetch_all_limit),
         ("LLM", {"TIMEOUT": 0}, lambda: app_settings.llm),
     ],
 )

@@ -128,6 +128,22 @@ def test_sync_methods_work_over_a_foreign_store() -> None:
     assert len(store.fetch_all_chats_sync("u", "s")) == 6
 
 
+def test_history_pages_over_a_foreign_store_are_cut_from_its_answer(settings: Any) -> None:
+    """The store's fetch_all_chats answer, whatever FETCH_ALL_LIMIT (squad_memory's rows'
+    bound), a page at a time from the newest."""
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "FETCH_ALL_LIMIT": 2}
+    store = SummarizingChatStorage(InMemoryChatStorage(), summarizers.fold, 50, 1)
+    for i in range(4):
+        store.save_chat_message_sync("u", "s", "a", msg("user", f"q{i}"))
+        store.save_chat_message_sync("u", "s", "a", msg("assistant", f"a{i}"))
+    whole = texts(store.fetch_all_chats_sync("u", "s"))
+    assert len(whole) == 8
+    first, before = store.history_page_sync("u", "s", 3)
+    second, before = store.history_page_sync("u", "s", 3, before)
+    third, before = store.history_page_sync("u", "s", 3, before)
+    assert texts(third) + texts(second) + texts(first) == whole and before == {}
+
+
 def test_compress_now_on_an_inactive_foreign_slot_summarizes_the_stores_history() -> None:
     store = SummarizingChatStorage(InMemoryChatStorage(), summarizers.fold, 5, 1)
     for i in range(2):

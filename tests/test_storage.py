@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from typing import Any
 
 import pytest
 from agent_squad.storage import ChatStorage, InMemoryChatStorage
 from agent_squad.types import ConversationMessage, ParticipantRole
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from squad_memory.exceptions import InvalidMessage, InvalidSlotKey
 from squad_memory.models import Message, Slot
@@ -134,6 +137,100 @@ def test_fetch_all_chats_keeps_each_slots_order_when_its_clock_steps_back() -> N
     assert texts(store.fetch_all_chats_sync("u", "s")) == ["q1", "[tech] a1", "q2", "[travel] a2"]
     tech.update(timestamp=999)
     assert texts(store.fetch_all_chats_sync("u", "s")) == ["q2", "[travel] a2", "q1", "[tech] a1"]
+
+
+def _alternating(count: int, first: int = 0) -> list[ConversationMessage]:
+    return [msg("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(first, count)]
+
+
+def test_fetch_all_chats_reads_at_most_the_newest_of_each_slot(settings: Any) -> None:
+    """An untrimmed slot: FETCH_ALL_LIMIT newest messages of each, taken by a bound on seq in
+    the one statement (the index range, not a sort of the whole history)."""
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "FETCH_ALL_LIMIT": 10}
+    store = DjangoChatStorage()
+    store.save_chat_messages_sync("u", "s", "long", _alternating(30))
+    store.save_chat_messages_sync("u", "s", "short", [msg("user", "q")])
+    with CaptureQueriesContext(connection) as captured:
+        fetched = texts(store.fetch_all_chats_sync("u", "s"))
+    assert [t.removeprefix("[long] ") for t in fetched if t != "q"] == [
+        f"m{i}" for i in range(20, 30)
+    ]
+    assert "q" in fetched and len(fetched) == 11
+    (statement,) = captured
+    assert re.search(r"last_seq\W*\s*-", statement["sql"]), statement["sql"]
+
+
+@pytest.mark.parametrize("size", [4, 10])
+def test_fetch_all_chats_of_trimmed_slots_is_as_before(settings: Any, size: int) -> None:
+    """A slot agent-squad trims (max_history_size at most FETCH_ALL_LIMIT) reads the same."""
+    store = DjangoChatStorage()
+    store.save_chat_messages_sync("u", "s", "a", _alternating(30), size)
+    before = texts(store.fetch_all_chats_sync("u", "s"))
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "FETCH_ALL_LIMIT": 10}
+    assert texts(store.fetch_all_chats_sync("u", "s")) == before
+    assert len(before) == size
+
+
+def test_fetch_all_chats_reads_every_message_without_a_limit(settings: Any) -> None:
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "FETCH_ALL_LIMIT": None}
+    store = DjangoChatStorage()
+    store.save_chat_messages_sync("u", "s", "a", _alternating(1500))
+    assert len(store.fetch_all_chats_sync("u", "s")) == 1500
+    settings.SQUAD_MEMORY = {}
+    assert len(store.fetch_all_chats_sync("u", "s")) == 1000  # the default
+
+
+def _walk(store: DjangoChatStorage, size: int) -> list[list[str]]:
+    pages, before = [], None
+    while True:
+        page, before = store.history_page_sync("u", "s", size, before)
+        pages.append(texts(page))
+        if not before:
+            return pages
+
+
+def test_history_pages_walk_the_merged_history_newest_first(settings: Any) -> None:
+    """Pages of any size, newest first, make fetch_all_chats' merged history exactly once,
+    each read with two statements whatever the history's length."""
+    settings.SQUAD_MEMORY = {**settings.SQUAD_MEMORY, "FETCH_ALL_LIMIT": None}
+    store = DjangoChatStorage()
+    for turn in range(12):
+        agent = "tech" if turn % 3 else "travel"
+        store.save_chat_messages_sync(
+            "u", "s", agent, [msg("user", f"q{turn}"), msg("assistant", f"a{turn}")]
+        )
+    store.save_chat_messages_sync("u", "s", "trimmed", _alternating(8), 2)
+    whole = texts(store.fetch_all_chats_sync("u", "s"))
+    for size in (1, 3, 5, 100):
+        pages = _walk(store, size)
+        assert [text for page in reversed(pages) for text in page] == whole
+        assert all(len(page) == size for page in pages[:-1])  # the oldest may be short
+    with CaptureQueriesContext(connection) as captured:
+        store.history_page_sync("u", "s", 3)
+    assert len(captured) == 2
+
+
+def test_a_history_page_reads_only_the_sessions_slots() -> None:
+    """A position naming another session's slot (a crafted cursor) reads nothing of it."""
+    store = DjangoChatStorage()
+    store.save_chat_messages_sync("u", "s", "a", _alternating(4))
+    store.save_chat_messages_sync("u", "theirs", "a", _alternating(4))
+    theirs = Slot.objects.get(session_id="theirs")
+    assert store.history_page_sync("u", "s", 10, {theirs.pk: 5}) == ([], {})
+
+
+def test_messages_stored_while_a_client_pages_are_on_a_new_first_page() -> None:
+    store = DjangoChatStorage()
+    store.save_chat_messages_sync("u", "s", "a", _alternating(6))
+    first, before = store.history_page_sync("u", "s", 2)
+    store.save_chat_messages_sync("u", "s", "a", _alternating(8, 6))
+    store.save_chat_messages_sync("u", "s", "joined", [msg("user", "new agent")])
+    second, before = store.history_page_sync("u", "s", 2, before)
+    third, before = store.history_page_sync("u", "s", 2, before)
+    assert [texts(first), texts(second), texts(third), before] == [
+        ["m4", "[a] m5"], ["m2", "[a] m3"], ["m0", "[a] m1"], {},
+    ]  # fmt: skip
+    assert texts(store.history_page_sync("u", "s", 3)[0]) == ["m6", "[a] m7", "new agent"]
 
 
 def test_returned_lists_are_fresh() -> None:

@@ -345,7 +345,10 @@ class BufferSerializer(Prebuilt):
 class HistorySerializer(Prebuilt):
     user_id = serializers.CharField()
     session_id = serializers.CharField()
-    messages = ContentMessageSerializer(many=True)
+    messages = ContentMessageSerializer(many=True, help_text="A page of them, oldest first.")
+    next = serializers.CharField(
+        allow_null=True, help_text="The address of the older messages' page (null: none left)."
+    )
 
 
 class PostResultSerializer(Prebuilt):

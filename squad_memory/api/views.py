@@ -13,10 +13,10 @@ from typing import Any
 from urllib.parse import quote
 
 from django.db import transaction
-from django.db.models import Max, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Substr
 from django.urls import NoReverseMatch, reverse
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import (
@@ -43,7 +43,7 @@ from squad_memory.api.docs import (
     responses,
 )
 from squad_memory.api.formats import RENDERERS, LimitedJSONParser, SafeJSONRenderer
-from squad_memory.api.pagination import ByActivity, BySeq, NewestFirst
+from squad_memory.api.pagination import ByActivity, BySeq, HistoryPages, NewestFirst
 from squad_memory.exceptions import SearchTimeout
 from squad_memory.models import Message, Outcome, Slot, SlotQuerySet
 from squad_memory.operations import forgetting
@@ -418,6 +418,20 @@ class SlotViewSet(
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+def newest_of_each_session(slots: SlotQuerySet) -> SlotQuerySet:
+    """Of ``slots``, each session's newest slot by ``(updated_at, id)``: the row that stands
+    for the session in the list, its position. Found by walking slots newest first through
+    an index, each checked against its session's few other slots (no grouping of them all)."""
+    newer = Slot.objects.filter(
+        Q(updated_at__gt=OuterRef("updated_at"))
+        | Q(updated_at=OuterRef("updated_at"), pk__gt=OuterRef("pk")),
+        namespace=OuterRef("namespace"),
+        user_id=OuterRef("user_id"),
+        session_id=OuterRef("session_id"),
+    )
+    return slots.filter(~Exists(newer)).only("id", "user_id", "session_id", "updated_at")
+
+
 class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
     """``GET /sessions/``: a user's sessions, the most recently active first."""
 
@@ -429,36 +443,33 @@ class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
         description="The requesting user's sessions, the most recently active first, each "
         "with its agents' slots, message count and the start of its last message: a chat "
         "sidebar. Staff with view_slot list every user's (?user_id= for one user's); the "
-        "last message needs view_message too.",
+        "last message needs view_message too. Sessions active at the same moment keep one "
+        "order; a session that gets a message while a client pages moves to the front, and "
+        "the next links do not list it again (reload the first page to see it there).",
         parameters=[serializers.UserQuerySerializer],
         responses=responses({200: serializers.SessionSerializer(many=True)}, 400, 404),
     )
     def get(self, request: Request) -> Response:
         slots = access.visible_slots(request.user, get_storage().namespace)
         slots = slots.filter(**query(serializers.UserQuerySerializer, request))
-        grouped = slots.values("user_id", "session_id").order_by()
-        sessions: Any = grouped.annotate(last_activity=Max("updated_at"), total=Sum("last_seq"))
-        page: list[dict[str, Any]] = self.paginate_queryset(sessions) or []
+        page: list[Slot] = self.paginate_queryset(newest_of_each_session(slots)) or []
         root = request.build_absolute_uri(reverse("squad_memory_api:root"))
         agents = self._agents(slots, page)
         readable = access.message_reader(request.user)
         data = [
-            self._session(
-                readable(row["user_id"]), root, row, agents[row["user_id"], row["session_id"]]
-            )
-            for row in page
+            self._session(readable(slot.user_id), root, slot, agents[slot.user_id, slot.session_id])
+            for slot in page
+            if agents[slot.user_id, slot.session_id]  # deleted since the page was read
         ]
         return self.get_paginated_response(serializers.SessionSerializer(data, many=True).data)
 
     @staticmethod
-    def _agents(
-        slots: SlotQuerySet, page: list[dict[str, Any]]
-    ) -> dict[tuple[str, str], list[Slot]]:
+    def _agents(slots: SlotQuerySet, page: list[Slot]) -> dict[tuple[str, str], list[Slot]]:
         """The slots of the page's sessions, newest first, each with its last message's text."""
         agents: dict[tuple[str, str], list[Slot]] = defaultdict(list)
         if not page:
             return agents
-        keys = {(row["user_id"], row["session_id"]) for row in page}
+        keys = {(slot.user_id, slot.session_id) for slot in page}
         last = Message.objects.filter(slot_id=OuterRef("pk"), seq=OuterRef("last_seq"))
         found = (
             slots.filter(user_id__in={u for u, _ in keys}, session_id__in={s for _, s in keys})
@@ -472,15 +483,15 @@ class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
         return agents
 
     @staticmethod
-    def _session(
-        readable: bool, root: str, row: dict[str, Any], agents: list[Slot]
-    ) -> dict[str, Any]:
+    def _session(readable: bool, root: str, position: Slot, agents: list[Slot]) -> dict[str, Any]:
         newest = agents[0]
         preview = newest.preview  # type: ignore[attr-defined]
         last = {"agent_id": newest.agent_id, "role": newest.last_role, "preview": preview}
         return {
-            **row,
-            "message_count": row["total"],
+            "user_id": position.user_id,
+            "session_id": position.session_id,
+            "last_activity": position.updated_at,
+            "message_count": sum(slot.last_seq for slot in agents),
             "agents": [
                 {
                     "agent_id": slot.agent_id,
@@ -491,18 +502,37 @@ class SessionListView(ApiMixin, generics.GenericAPIView[Slot]):
                 for slot in agents
             ],
             "last_message": last if readable else None,
-            "history": f"{root}sessions/{quote(row['session_id'], safe='')}/history/",
+            "history": f"{root}sessions/{quote(position.session_id, safe='')}/history/",
         }
 
 
 class SessionHistoryView(ApiMixin):
-    """A session's merged history of every agent, the same as ``fetch_all_chats``."""
+    """A session's merged history of every agent, as ``fetch_all_chats`` merges it, a page at
+    a time, the newest first (``HistoryPages``)."""
+
+    paging = [
+        OpenApiParameter(
+            "cursor",
+            str,
+            description="The page to read: the next link of the page after it (none: the "
+            "newest page).",
+        ),
+        OpenApiParameter(
+            "page_size",
+            {"type": "integer", "minimum": 1},
+            description=f"Messages per page ({HistoryPages.page_size} by default; more than "
+            f"{HistoryPages.max_page_size} are capped at {HistoryPages.max_page_size}).",
+        ),
+    ]
 
     @extend_schema(
         summary="Merged history of a session",
         description="Every agent's visible messages of the session by time; assistant text "
-        "is prefixed with [agent_id]. Staff with view_message may pass ?user_id=.",
-        parameters=[SESSION_ID, serializers.UserQuerySerializer],
+        "is prefixed with [agent_id]. Newest page first: a page holds the page_size messages "
+        "before the previous page's, oldest first; next links to the older ones (null: none "
+        "left). A message stored while a client pages is on a new first page, never on a "
+        "later one. Staff with view_message may pass ?user_id=.",
+        parameters=[SESSION_ID, serializers.UserQuerySerializer, *paging],
         responses=responses({200: serializers.HistorySerializer}, 400, 404),
     )
     def get(self, request: Request, session_id: str) -> Response:
@@ -510,14 +540,18 @@ class SessionHistoryView(ApiMixin):
         if given is not None and not access.may_read(request.user, given, MESSAGE):
             raise NotFound()
         user_id = given or access.user_id_for(request.user)
+        pages = HistoryPages()
+        size, before = pages.get_page_size(request), pages.decode_before(request)
         slots = access.visible_slots(request.user, get_storage().namespace)
         session = slots.filter(user_id=user_id, session_id=session_id)
         with errors.storage_errors(request, session):
-            messages = get_storage().fetch_all_chats_sync(user_id, session_id)
+            messages, older = get_storage().history_page_sync(user_id, session_id, size, before)
         if not messages and not session.exists():
             raise NotFound()  # as its DELETE answers
         data = {"user_id": user_id, "session_id": session_id, "messages": messages}
-        return Response(serializers.HistorySerializer(data).data)
+        return Response(
+            serializers.HistorySerializer({**data, "next": pages.link(request, older)}).data
+        )
 
 
 class SessionView(ApiMixin):

@@ -246,6 +246,11 @@ class Slot(models.Model):
         indexes = [
             models.Index(fields=["user_id", "session_id"], name="squad_memory_slot_session"),
             models.Index(fields=["agent_id"], name="squad_memory_slot_agent"),
+            # A user's sessions list walks their slots newest first (the API's /sessions/).
+            models.Index(
+                fields=["namespace", "user_id", "updated_at", "id"],
+                name="squad_memory_slot_activity",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -13,7 +13,7 @@ from agent_squad.types import ConversationMessage
 
 from squad_memory.messages import to_messages
 from squad_memory.rules import trim, validate_key
-from squad_memory.storage.memory import Journal, Memory, Saved
+from squad_memory.storage.memory import Before, Journal, Memory, Saved
 from squad_memory.threads import database
 
 
@@ -131,6 +131,15 @@ class ChatStorageBase(ChatStorage):  # type: ignore[misc]
         """Every agent's messages of a session by time; assistant text gets ``[agent_id]``."""
         validate_key(user_id, session_id, "-")
         return self.memory.journal.fetch_all(user_id, session_id)
+
+    def history_page_sync(
+        self, user_id: str, session_id: str, size: int, before: Before | None = None
+    ) -> tuple[list[ConversationMessage], dict[int, int]]:
+        """A page of the merged history, newest first: the ``size`` newest messages before
+        ``before`` (None: the newest), oldest first, and the position of the page before
+        them ({}: none). A walk reads every visible message, whatever ``FETCH_ALL_LIMIT``."""
+        validate_key(user_id, session_id, "-")
+        return self.memory.journal.history(user_id, session_id, size, before)
 
 
 class DjangoChatStorage(ChatStorageBase):

@@ -8,9 +8,11 @@ commands and the sweep save, fetch, compress and reset through it.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+import operator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from operator import itemgetter
@@ -19,8 +21,10 @@ from typing import Any, Literal
 from agent_squad.types import ConversationMessage
 from asgiref.sync import async_to_sync
 from django.db import transaction
+from django.db.models import F, Q
 
 from squad_memory.compression import Claim, Policy, Result, activate, claim, due, get_dispatcher
+from squad_memory.conf import app_settings
 from squad_memory.exceptions import SummarizerError
 from squad_memory.messages import MessageDict, block_text, to_dicts, to_messages
 from squad_memory.models import (
@@ -36,6 +40,8 @@ from squad_memory.rules import count_all, needs_compression
 from squad_memory.threads import database, for_slot, unrepeatable
 
 Rows = Sequence[Mapping[str, Any]]
+#: Where a page of a session's history ends: slot id -> the seq its older messages end before.
+Before = Mapping[int, int]
 View = Literal["buffer", "visible"]
 
 
@@ -64,17 +70,61 @@ class Journal:
         in its own order; an assistant message's content becomes one block ``[agent_id]
         <its first block>``. (Concurrent saves stamp their time before they take the slot's
         lock, so a slot's timestamps may step back: its order is its sequence, never the
-        clock's.)"""
+        clock's.) Of each slot, at most its ``FETCH_ALL_LIMIT`` newest: sequence numbers
+        are gapless, so those are the rows past ``last_seq - FETCH_ALL_LIMIT``, a range of
+        the (slot, seq) index however long the history."""
         rows = Message.objects.using(Slot.objects.write_db()).filter(
             slot__namespace=self.namespace, slot__user_id=user_id, slot__session_id=session_id
         )
-        ordered = rows.visible().order_by("slot_id", "seq")
-        values = ordered.values(
-            "role", "content", "citations", "timestamp", "slot_id", "slot__agent_id"
+        newest = app_settings.fetch_all_limit
+        if newest is not None:
+            rows = rows.filter(seq__gt=F("slot__last_seq") - newest)
+        values = rows.visible().order_by("slot_id", "seq").values(*_MERGED, "slot__agent_id")
+        return to_messages([_with_agent_prefix(row) for row in _merged(values)])
+
+    def history(
+        self, user_id: str, session_id: str, size: int, before: Before | None = None
+    ) -> tuple[list[ConversationMessage], dict[int, int]]:
+        """A page of :meth:`fetch_all`'s merged history (every visible message, whatever
+        ``FETCH_ALL_LIMIT``), newest first: the ``size`` newest messages before ``before``
+        (None: the newest of all), oldest first, and where the page before it ends ({}:
+        nothing older). A position maps each slot to the sequence number its older messages
+        end before; slots it does not name (an agent that joined since) are left out, so a
+        walk never repeats a message. Two statements, each reading at most ``size`` rows a
+        slot."""
+        slots = _slots().filter(namespace=self.namespace, user_id=user_id, session_id=session_id)
+        ranges, agents = {}, {}
+        for pk, agent, first, last in slots.values_list(
+            "pk", "agent_id", "visible_from_seq", "last_seq"
+        ):
+            end = last + 1 if before is None else min(before.get(pk, first), last + 1)
+            if end > first:
+                ranges[pk], agents[pk] = (first, max(first, end - size), end), agent
+        if not ranges:
+            return [], {}
+        where = functools.reduce(
+            operator.or_,
+            (Q(slot_id=pk, seq__gte=low, seq__lt=end) for pk, (_, low, end) in ranges.items()),
         )
-        slots = [list(one) for _, one in itertools.groupby(values, key=itemgetter("slot_id"))]
-        merged = heapq.merge(*slots, key=itemgetter("timestamp"))
-        return to_messages([_with_agent_prefix(row) for row in merged])
+        rows = Message.objects.using(Slot.objects.write_db()).filter(where)
+        values = rows.order_by("slot_id", "seq").values(*_MERGED, "seq")
+        page = list(_merged(values))[-size:]
+        ends = {pk: end for pk, (_, _, end) in ranges.items()}
+        for row in page:
+            ends[row["slot_id"]] = min(ends[row["slot_id"]], row["seq"])
+            row["slot__agent_id"] = agents[row["slot_id"]]
+        older = {pk: end for pk, end in ends.items() if end > ranges[pk][0]}
+        return to_messages([_with_agent_prefix(row) for row in page]), older
+
+
+#: The columns :func:`_merged` and :func:`_with_agent_prefix` read of a message.
+_MERGED = ("role", "content", "citations", "timestamp", "slot_id")
+
+
+def _merged(values: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Rows ordered by slot, then seq, merged by time (stable), each slot's kept in order."""
+    slots = [list(one) for _, one in itertools.groupby(values, key=itemgetter("slot_id"))]
+    return heapq.merge(*slots, key=itemgetter("timestamp"))
 
 
 def _with_agent_prefix(row: Mapping[str, Any]) -> MessageDict:
@@ -109,7 +159,21 @@ class ForeignJournal(Journal):
         return to_dicts(list(self.call("fetch_chat", *key) or []), check_size=False)
 
     def fetch_all(self, user_id: str, session_id: str) -> list[ConversationMessage]:
+        """The store's own answer, untouched (``FETCH_ALL_LIMIT`` bounds squad_memory's rows;
+        what a store reads is its own)."""
         return list(self.call("fetch_all_chats", user_id, session_id) or [])
+
+    def history(
+        self, user_id: str, session_id: str, size: int, before: Before | None = None
+    ) -> tuple[list[ConversationMessage], dict[int, int]]:
+        """Pages cut from the store's ``fetch_all_chats`` answer (squad_memory keeps no rows
+        of an inactive slot): a position is ``{0: n}``, the page ends before its n-th message
+        (counted from the oldest, so a message stored meanwhile shifts nothing). The store
+        reads the whole session for each page."""
+        answer = self.fetch_all(user_id, session_id)
+        end = len(answer) if before is None else min(before.get(0, 0), len(answer))
+        start = max(0, end - size)
+        return answer[start:end], ({0: start} if start else {})
 
 
 @contextmanager
