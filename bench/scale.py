@@ -25,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -266,9 +267,8 @@ def _messages(cursor: Any, p: Plan, rng: Any, words: list[str], cdf: Any) -> Any
     import numpy as np
 
     from squad_memory.messages import extract_text
-    from squad_memory.rules import count_tokens
-
     from squad_memory.models import Message
+    from squad_memory.rules import count_tokens
 
     names = ("slot", "seq", "role", "content", "citations", "timestamp", "text", "tokens")
     columns = ", ".join(f'"{Message._meta.get_field(n).column}"' for n in names)
@@ -435,3 +435,216 @@ def ensure(shape: Shape) -> dict[str, Any] | None:
     with connection.cursor() as cursor:
         cursor.execute(f'COMMENT ON DATABASE "{name}" IS %s', [marker(shape)])
     return {"seconds": time.perf_counter() - started, "cumulative": times}
+
+
+# -- the measures ------------------------------------------------------------------------
+RUNS = 5
+LIMIT_MS, LIMIT_RATIO = 500.0, 3.0
+
+
+def targets(shape: Shape, seed: int = 0) -> dict[str, Any]:
+    """The words searched for and the long slot (the build's, drawn again from its seed)."""
+    import numpy as np
+
+    from squad_memory.models import Slot
+
+    words = vocabulary(np.random.default_rng(seed))
+    return {
+        "common": words[COMMON],
+        "rare": words[RARE],
+        "absent": ABSENT,
+        "slot": Slot.objects.get(pk=1),
+        "deep_page": min(20_000, shape.messages // 100),  # the message list's 100 a page
+    }
+
+
+def calls(shape: Shape) -> dict[str, Callable[[], Any]]:
+    """Each page and call measured, by name."""
+    from agent_squad.types import ConversationMessage
+    from django.db import transaction
+    from django.test import Client
+    from rest_framework.authtoken.models import Token
+
+    import squad_memory
+
+    t = targets(shape)
+    slot, storage = t["slot"], squad_memory.get_storage()
+    staff, owner = (Client(HTTP_AUTHORIZATION=f"Token {k.key}") for k in _tokens(Token))
+    admin = Client()
+    admin.force_login(Token.objects.get(user__is_staff=True).user)
+    role = "user" if slot.last_role == "assistant" else "assistant"
+
+    def save() -> Any:
+        with transaction.atomic():  # rolled back: the database never changes
+            said = ConversationMessage(role=role, content=[{"text": "one more question"}])
+            storage.save_chat_message_sync(*slot.key, said)
+            transaction.set_rollback(True)
+
+    api, pages = "/api", "/admin/squad_memory"
+    return {
+        "API search, staff: a rare word": lambda: staff.get(f"{api}/search/?q={t['rare']}"),
+        "API search, staff: an absent word": lambda: staff.get(f"{api}/search/?q={t['absent']}"),
+        "API search, staff: a common word": lambda: staff.get(f"{api}/search/?q={t['common']}"),
+        "API search, one user's: a common word": lambda: owner.get(
+            f"{api}/search/?q={t['common']}"
+        ),
+        "admin slots searched: a common word": lambda: admin.get(f"{pages}/slot/?q={t['common']}"),
+        "admin slots searched: a rare word": lambda: admin.get(f"{pages}/slot/?q={t['rare']}"),
+        "admin slots searched: a session id prefix": lambda: admin.get(
+            f"{pages}/slot/?q={slot.session_id[:8]}"
+        ),
+        "admin messages: page 1": lambda: admin.get(f"{pages}/message/"),
+        "admin messages: a role": lambda: admin.get(f"{pages}/message/?role__exact=user"),
+        "admin messages: a slot": lambda: admin.get(f"{pages}/message/?slot__id__exact={slot.pk}"),
+        "admin messages: a deep page": lambda: admin.get(f"{pages}/message/?p={t['deep_page']}"),
+        "API sessions, staff": lambda: staff.get(f"{api}/sessions/"),
+        "API session history: the long slot": lambda: owner.get(
+            f"{api}/sessions/{slot.session_id}/history/"
+        ),
+        "fetch_all_chats: the long slot": lambda: storage.fetch_all_chats_sync(
+            slot.user_id, slot.session_id
+        ),
+        "fetch_chat: the long slot": lambda: storage.fetch_chat_sync(*slot.key),
+        "save_chat_message: the long slot": save,
+        "admin slot page: the long slot": lambda: admin.get(f"{pages}/slot/{slot.pk}/change/"),
+    }
+
+
+def _tokens(token: Any) -> list[Any]:
+    """The staff user's token, then the long slot's owner's."""
+    return [token.objects.get(user__is_staff=True), token.objects.get(user__is_staff=False)]
+
+
+def _keeping(call: Callable[[], Any], answers: list[Any]) -> None:
+    answers.append(call())
+
+
+def measure(shape: Shape) -> dict[str, dict[str, Any]]:
+    """Each call's median ms of :data:`RUNS`, its statements (on a first run), and the
+    status of a response."""
+    from bench.workloads import count
+
+    result = {}
+    for name, call in calls(shape).items():
+        answers: list[Any] = []
+        statements = count(_keeping, call, answers)
+        seconds = []
+        for _ in range(RUNS):
+            started = time.perf_counter()
+            call()
+            seconds.append(time.perf_counter() - started)
+        status = getattr(answers[0], "status_code", None)
+        result[name] = {
+            "ms": statistics.median(seconds) * 1000,
+            "statements": statements,
+            "status": status,
+        }
+        print(f"  {name}: {result[name]['ms']:.1f} ms, {statements} statements", flush=True)
+    return result
+
+
+def one(messages: int, out: Path) -> None:
+    """In this process, on the database of ``DATABASE_URL``: build it unless it is there,
+    then mark it ready (``/tmp/<name>.ready``) and measure."""
+    import django
+    from django.db import connection
+    from django.test.utils import setup_test_environment
+
+    django.setup()
+    setup_test_environment(debug=False)
+    shape = Shape.of(messages)
+    built = ensure(shape)
+    Path(tempfile.gettempdir(), f"{connection.settings_dict['NAME']}.ready").touch()
+    found = {"shape": asdict(shape), "build": built, "calls": measure(shape)}
+    found["deep_page"] = targets(shape)["deep_page"]
+    out.write_text(json.dumps(found, indent=1))
+
+
+def goals(small: dict[str, Any], big: dict[str, Any]) -> list[dict[str, Any]]:
+    """A row of the table per call: both sizes and the goals."""
+    rows = []
+    for name, at_big in big["calls"].items():
+        at_small = small["calls"][name]
+        ratio = at_big["ms"] / at_small["ms"]
+        met = at_big["ms"] <= LIMIT_MS and ratio <= LIMIT_RATIO and at_big["status"] in (200, None)
+        rows.append(
+            {
+                "call": name,
+                "small ms": at_small["ms"],
+                "statements": at_small["statements"],
+                "big ms": at_big["ms"],
+                "statements ": at_big["statements"],
+                "status": at_big["status"] or "-",
+                "big / small": ratio,
+                "goal": "met" if met else "**not met**",
+            }
+        )
+    return rows
+
+
+def page(r: dict[str, Any]) -> str:
+    """The results page of a run."""
+    from bench.report import f, table
+
+    small, big = r["small"], r["big"]
+    built = [
+        f"{name} database ({v['shape']['messages']:,} messages): "
+        + (f"built in {v['build']['seconds']:.0f} s" if v["build"] else "there already")
+        for name, v in r.items()
+        if name in ("small", "big")
+    ]
+    return "\n\n".join(
+        [
+            "# Scale: the admin's pages and the API's calls on a big database",
+            f"Taken on {r['when']} with `{r['command']}` (load average {r['load_average']}).",
+            "Median ms of 5 runs through Django's test client (DEBUG off), after a first run "
+            "that counts the statements; status of the response. The save runs in a "
+            "transaction rolled back (its commit is not timed). Goals: at most "
+            f"{LIMIT_MS:.0f} ms on the big database and at most {f(LIMIT_RATIO)}x the small "
+            f"one's. Deep page: {small['deep_page']:,} (small), {big['deep_page']:,} (big).",
+            "; ".join(built) + ".",
+            table(r["rows"]),
+            f"Goals met: {sum(row['goal'] == 'met' for row in r['rows'])} of {len(r['rows'])}.",
+        ]
+    )
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench scale", description=__doc__)
+    parser.add_argument("--small", type=int, default=SIZES["small"], help="messages")
+    parser.add_argument("--big", type=int, default=SIZES["big"], help="messages")
+    parser.add_argument("--database", default="sm_scale", help="big; small: NAME_small")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--one", type=int, help="messages: build and measure in this process")
+    parser.add_argument("--json", type=Path, help="where --one writes its results")
+    args = parser.parse_args(argv)
+    if args.one:
+        one(args.one, args.json)
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    r: dict[str, Any] = {"load_average": ", ".join(f"{v:.2f}" for v in os.getloadavg())}
+    for name, messages, db in (
+        ("small", args.small, f"{args.database}_small"),
+        ("big", args.big, args.database),
+    ):
+        print(f"{name}: {messages:,} messages in {db}", flush=True)
+        path = args.out / f"scale-{name}.json"
+        env = dict(
+            os.environ, DATABASE_URL=f"{SERVER}/{db}", DJANGO_SETTINGS_MODULE="bench.settings"
+        )
+        env |= {f"API_THROTTLE_{s}": "none" for s in ("ANON", "USER", "SEARCH", "COMPRESS")}
+        cmd = [sys.executable, "-m", "bench.scale", "--one", str(messages), "--json", str(path)]
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+        r[name] = json.loads(path.read_text())
+        path.unlink()
+    r["rows"] = goals(r["small"], r["big"])
+    r["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    r["command"] = " ".join(["python -m bench scale", *argv])
+    (args.out / "scale.json").write_text(json.dumps(r, indent=1))
+    (args.out / "scale.md").write_text(page(r) + "\n")
+    print(page(r))
+    return 0 if all(row["goal"] == "met" for row in r["rows"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
