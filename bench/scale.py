@@ -1,6 +1,6 @@
 """``python -m bench scale``: the admin's pages and the API's calls on a big database.
 
-**The databases.** :func:`build` fills a migrated PostgreSQL database by COPY, in the shape
+**The databases.** :func:`load` fills a migrated PostgreSQL database by COPY, in the shape
 squad_memory's saves leave it (the default settings: the offline summarizer compresses a
 slot past 20 pairs): slots with their counters, raw messages in the order many
 conversations write them (ids by time, a slot's rows spread over the table), ``text`` and
@@ -20,6 +20,7 @@ never change. Goals: at most 500 ms on the big database, at most 3x the small on
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -420,10 +421,13 @@ def ensure(shape: Shape) -> dict[str, Any] | None:
                 "SELECT shobj_description(oid, 'pg_database') FROM pg_database "
                 "WHERE datname = current_database()"
             )
-            if cursor.fetchone()[0] == marker(shape):
-                return None
+            found = cursor.fetchone()[0]
     except OperationalError:
-        pass  # no such database yet
+        found = None  # no such database yet
+    if found == marker(shape):
+        return None
+    if found and found.startswith("bench.scale "):  # others may be reading it
+        raise SystemExit(f"{name} holds another shape ({found}); drop it or pick another name.")
     connection.close()
     with connection._nodb_cursor() as cursor:
         cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -480,33 +484,36 @@ def calls(shape: Shape) -> dict[str, Callable[[], Any]]:
             storage.save_chat_message_sync(*slot.key, said)
             transaction.set_rollback(True)
 
-    api, pages = "/api", "/admin/squad_memory"
-    return {
-        "API search, staff: a rare word": lambda: staff.get(f"{api}/search/?q={t['rare']}"),
-        "API search, staff: an absent word": lambda: staff.get(f"{api}/search/?q={t['absent']}"),
-        "API search, staff: a common word": lambda: staff.get(f"{api}/search/?q={t['common']}"),
-        "API search, one user's: a common word": lambda: owner.get(
-            f"{api}/search/?q={t['common']}"
+    api, admin_ = "/api/search/?q=", "/admin/squad_memory"
+    gets = {
+        "API search, staff: a rare word": (staff, api + t["rare"]),
+        "API search, staff: an absent word": (staff, api + t["absent"]),
+        "API search, staff: a common word": (staff, api + t["common"]),
+        "API search, one user's: a common word": (owner, api + t["common"]),
+        "admin slots searched: a common word": (admin, f"{admin_}/slot/?q={t['common']}"),
+        "admin slots searched: a rare word": (admin, f"{admin_}/slot/?q={t['rare']}"),
+        "admin slots searched: a session id prefix": (
+            admin,
+            f"{admin_}/slot/?q={slot.session_id[:8]}",
         ),
-        "admin slots searched: a common word": lambda: admin.get(f"{pages}/slot/?q={t['common']}"),
-        "admin slots searched: a rare word": lambda: admin.get(f"{pages}/slot/?q={t['rare']}"),
-        "admin slots searched: a session id prefix": lambda: admin.get(
-            f"{pages}/slot/?q={slot.session_id[:8]}"
+        "admin messages: page 1": (admin, f"{admin_}/message/"),
+        "admin messages: a role": (admin, f"{admin_}/message/?role__exact=user"),
+        "admin messages: a slot": (admin, f"{admin_}/message/?slot__id__exact={slot.pk}"),
+        "admin messages: a deep page": (admin, f"{admin_}/message/?p={t['deep_page']}"),
+        "admin slot page: the long slot": (admin, f"{admin_}/slot/{slot.pk}/change/"),
+        "API sessions, staff": (staff, "/api/sessions/"),
+        "API session history: the long slot": (
+            owner,
+            f"/api/sessions/{slot.session_id}/history/",
         ),
-        "admin messages: page 1": lambda: admin.get(f"{pages}/message/"),
-        "admin messages: a role": lambda: admin.get(f"{pages}/message/?role__exact=user"),
-        "admin messages: a slot": lambda: admin.get(f"{pages}/message/?slot__id__exact={slot.pk}"),
-        "admin messages: a deep page": lambda: admin.get(f"{pages}/message/?p={t['deep_page']}"),
-        "API sessions, staff": lambda: staff.get(f"{api}/sessions/"),
-        "API session history: the long slot": lambda: owner.get(
-            f"{api}/sessions/{slot.session_id}/history/"
+    }
+    found = {name: functools.partial(client.get, url) for name, (client, url) in gets.items()}
+    return found | {
+        "fetch_all_chats: the long slot": functools.partial(
+            storage.fetch_all_chats_sync, slot.user_id, slot.session_id
         ),
-        "fetch_all_chats: the long slot": lambda: storage.fetch_all_chats_sync(
-            slot.user_id, slot.session_id
-        ),
-        "fetch_chat: the long slot": lambda: storage.fetch_chat_sync(*slot.key),
+        "fetch_chat: the long slot": functools.partial(storage.fetch_chat_sync, *slot.key),
         "save_chat_message: the long slot": save,
-        "admin slot page: the long slot": lambda: admin.get(f"{pages}/slot/{slot.pk}/change/"),
     }
 
 
@@ -519,9 +526,9 @@ def _keeping(call: Callable[[], Any], answers: list[Any]) -> None:
     answers.append(call())
 
 
-def measure(shape: Shape) -> dict[str, dict[str, Any]]:
-    """Each call's median ms of :data:`RUNS`, its statements (on a first run), and the
-    status of a response."""
+def measure(shape: Shape, runs: int = RUNS) -> dict[str, dict[str, Any]]:
+    """Each call's median ms of ``runs``, its statements (on a first run), and the status
+    of its response."""
     from bench.workloads import count
 
     result = {}
@@ -529,7 +536,7 @@ def measure(shape: Shape) -> dict[str, dict[str, Any]]:
         answers: list[Any] = []
         statements = count(_keeping, call, answers)
         seconds = []
-        for _ in range(RUNS):
+        for _ in range(runs):
             started = time.perf_counter()
             call()
             seconds.append(time.perf_counter() - started)
@@ -571,9 +578,9 @@ def goals(small: dict[str, Any], big: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "call": name,
                 "small ms": at_small["ms"],
-                "statements": at_small["statements"],
+                "small statements": at_small["statements"],
                 "big ms": at_big["ms"],
-                "statements ": at_big["statements"],
+                "big statements": at_big["statements"],
                 "status": at_big["status"] or "-",
                 "big / small": ratio,
                 "goal": "met" if met else "**not met**",
@@ -584,7 +591,7 @@ def goals(small: dict[str, Any], big: dict[str, Any]) -> list[dict[str, Any]]:
 
 def page(r: dict[str, Any]) -> str:
     """The results page of a run."""
-    from bench.report import f, table
+    from bench.report import table
 
     small, big = r["small"], r["big"]
     built = [
@@ -600,7 +607,7 @@ def page(r: dict[str, Any]) -> str:
             "Median ms of 5 runs through Django's test client (DEBUG off), after a first run "
             "that counts the statements; status of the response. The save runs in a "
             "transaction rolled back (its commit is not timed). Goals: at most "
-            f"{LIMIT_MS:.0f} ms on the big database and at most {f(LIMIT_RATIO)}x the small "
+            f"{LIMIT_MS:.0f} ms on the big database and at most {LIMIT_RATIO:g}x the small "
             f"one's. Deep page: {small['deep_page']:,} (small), {big['deep_page']:,} (big).",
             "; ".join(built) + ".",
             table(r["rows"]),

@@ -155,7 +155,7 @@ def test_the_results_page_and_plots_are_written(quick_run: dict[str, Any]) -> No
 def scale_loaded() -> Any:
     from bench import scale
 
-    shape = scale.Shape.of(600)
+    shape = scale.Shape.of(400)
     scale.load(shape)
     return shape
 
@@ -196,7 +196,7 @@ def test_the_scale_loader_stores_what_the_saves_would(scale_loaded: Any) -> None
 def test_the_scale_report_has_every_call_with_its_statements(scale_loaded: Any) -> None:
     from bench import scale
 
-    found = {"calls": scale.measure(scale_loaded), "deep_page": 6, "build": None}
+    found = {"calls": scale.measure(scale_loaded, runs=1), "deep_page": 6, "build": None}
     found["shape"] = {"messages": scale_loaded.messages}
     assert len(found["calls"]) == 17
     for name, got in found["calls"].items():
