@@ -603,7 +603,8 @@ def page(r: dict[str, Any]) -> str:
     return "\n\n".join(
         [
             "# Scale: the admin's pages and the API's calls on a big database",
-            f"Taken on {r['when']} with `{r['command']}` (load average {r['load_average']}).",
+            f"Taken on {r['when']} with `{r['command']}` (load average at the start / end: "
+            f"{r['load_average']}).",
             "Median ms of 5 runs through Django's test client (DEBUG off), after a first run "
             "that counts the statements; status of the response. The save runs in a "
             "transaction rolled back (its commit is not timed). Goals: at most "
@@ -644,6 +645,7 @@ def main(argv: list[str]) -> int:
         subprocess.run(cmd, cwd=ROOT, env=env, check=True)
         r[name] = json.loads(path.read_text())
         path.unlink()
+    r["load_average"] += " / " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
     r["rows"] = goals(r["small"], r["big"])
     r["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     r["command"] = " ".join(["python -m bench scale", *argv])

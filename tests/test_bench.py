@@ -151,6 +151,14 @@ def test_the_results_page_and_plots_are_written(quick_run: dict[str, Any]) -> No
 
 
 # -- the scale workload (bench/scale.py), at a few hundred messages -------------------------
+def test_the_scale_databases_have_the_shapes_asked_for() -> None:
+    from bench.scale import SIZES, Shape
+
+    big = Shape(3_000_000, 5_000, 40_000, 60_000, 200_000, 100, 5_000, 20_000)
+    assert Shape.of(SIZES["big"]) == big
+    assert Shape.of(SIZES["small"]) == Shape(20_000, 33, 267, 400, 1_333, 100, 33, 132)
+
+
 @pytest.fixture
 def scale_loaded() -> Any:
     from bench import scale
