@@ -4,6 +4,7 @@ A full run writes ``bench/results/`` (README.md, results.json, PNG plots); a qui
 writes to ``bench/.work/quick``. Each step runs in a fresh process on one database
 (``python -m bench --step SPEC.json``): SQLite in ``bench/.work/`` and the PostgreSQL
 database of ``BENCH_DATABASE_URL``; Celery mode uses the Redis of ``BENCH_BROKER_URL``.
+``python -m bench scale`` runs the scale workload instead (:mod:`bench.scale`).
 """
 
 from __future__ import annotations
@@ -213,6 +214,10 @@ def _ping(url: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["scale"]:  # pages and calls on big databases (bench/scale.py)
+        from bench import scale
+
+        return scale.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--out", type=Path, help="results directory")

@@ -148,3 +148,71 @@ def test_the_results_page_and_plots_are_written(quick_run: dict[str, Any]) -> No
     assert "the contract floor (postgresql, prepared statements)" in page  # a goal
     for plot in ("w1_turn.png", "w2_latency.png", "w4_concurrency.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
+
+
+# -- the scale workload (bench/scale.py), at a few hundred messages -------------------------
+def test_the_scale_databases_have_the_shapes_asked_for() -> None:
+    from bench.scale import SIZES, Shape
+
+    big = Shape(3_000_000, 5_000, 40_000, 60_000, 200_000, 100, 5_000, 20_000)
+    assert Shape.of(SIZES["big"]) == big
+    assert Shape.of(SIZES["small"]) == Shape(20_000, 33, 267, 400, 1_333, 100, 33, 132)
+
+
+@pytest.fixture
+def scale_loaded() -> Any:
+    from bench import scale
+
+    shape = scale.Shape.of(400)
+    scale.load(shape)
+    return shape
+
+
+@pytest.mark.postgres
+def test_the_scale_loader_stores_what_the_saves_would(scale_loaded: Any) -> None:
+    from django.db import connection
+    from django.db.models import Count, Max, Sum
+
+    from squad_memory.messages import extract_text
+    from squad_memory.models import Limits, Message, Slot
+    from squad_memory.rules import count_tokens
+
+    shape, limits = scale_loaded, Limits.from_settings()
+    slots = Slot.objects.annotate(n=Count("messages"), top=Max("messages__seq"))
+    assert slots.count() == shape.slots and Message.objects.count() == shape.messages
+    assert slots.get(pk=1).last_seq == shape.big
+    assert len({(s.user_id, s.session_id) for s in slots}) == shape.sessions
+    for slot in slots:  # gapless, roles alternating, the counters of the rows
+        assert slot.n == slot.top == slot.last_seq, slot
+        assert slot.last_role == ("assistant" if slot.last_seq % 2 == 0 else "user"), slot
+        after = slot.messages.filter(seq__gt=slot.covered_seq).aggregate(t=Sum("tokens"))["t"]
+        assert slot.buffer_tokens == slot.summary_tokens + (after or 0), slot
+        assert not slot.needs_compression(limits) and not slot.is_over_limit(limits), slot
+        assert slot.active == (slot.covered_seq > 0) == slot.compressions.exists(), slot
+    for row in Message.objects.all():
+        assert row.role == ("user" if row.seq % 2 else "assistant"), row
+        assert row.text == extract_text(row.content), row
+        assert row.tokens == count_tokens({"role": row.role, "content": row.content}), row
+    with connection.cursor() as cursor:  # the migrations' indexes, made again after the load
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename LIKE 'squad_memory_%'")
+        names = {name for (name,) in cursor.fetchall()}
+    assert {"squad_memory_message_seq", "squad_memory_message_text_fts"} <= names
+    assert {"squad_memory_message_ts", "squad_memory_comp_slot"} <= names
+
+
+@pytest.mark.postgres
+def test_the_scale_report_has_every_call_with_its_statements(scale_loaded: Any) -> None:
+    from bench import scale
+
+    found = {"calls": scale.measure(scale_loaded, runs=1), "deep_page": 6, "build": None}
+    found["shape"] = {"messages": scale_loaded.messages}
+    assert len(found["calls"]) == 17
+    for name, got in found["calls"].items():
+        assert got["status"] in (200, None) and got["statements"] >= 1, name
+    assert found["calls"]["fetch_chat: the long slot"]["statements"] == 1
+    rows = scale.goals(found, found)
+    assert [row["call"] for row in rows] == list(found["calls"])
+    assert all(row["big / small"] == 1 for row in rows)
+    run = dict(small=found, big=found, rows=rows, when="now", command="c", load_average="0")
+    page = scale.page(run)
+    assert page.count("\n| ") == 1 + 17 and "Goals met:" in page
