@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
 from squad_memory.admin.actions import SlotActionsAdmin
+from squad_memory.admin.lists import BoundedListAdmin, FirstValuesFilter
 from squad_memory.compression.policy import limits_problems
 from squad_memory.exceptions import SearchTimeout
 from squad_memory.models import Compression, Limits, Message, Slot, SlotState
@@ -52,8 +53,9 @@ class StateFilter(admin.SimpleListFilter):
         return queryset.in_state(self.value(), Limits.from_settings())  # type: ignore[attr-defined,no-any-return]
 
 
-class VisibleValuesFilter(admin.AllValuesFieldListFilter):
-    """``list_filter`` by a field's values, each value shown with :func:`visible`."""
+class VisibleValuesFilter(FirstValuesFilter):
+    """``list_filter`` by a field's values (the first ones, read through its index), each
+    value shown with :func:`visible`."""
 
     def choices(self, changelist: Any) -> Iterator[Any]:
         for choice in super().choices(changelist):
@@ -87,7 +89,7 @@ class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(Slot)
-class SlotAdmin(SlotActionsAdmin):
+class SlotAdmin(BoundedListAdmin, SlotActionsAdmin):
     """Every conversation, with its raw history and its summary buffer side by side."""
 
     form = SlotForm
