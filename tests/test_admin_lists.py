@@ -3,6 +3,7 @@ over the table (squad_memory.admin.lists)."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import Any
@@ -10,7 +11,9 @@ from typing import Any
 import pytest
 from django.contrib import admin
 from django.contrib.messages import get_messages
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -21,6 +24,7 @@ from tests.test_admin import log_compression, make_slot
 pytestmark = pytest.mark.django_db
 
 OFFSET = re.compile(r"\bOFFSET\s+(\d+)", re.I)
+NOT_EMPTY_NAMESPACE = re.compile(r"NOT \(\S*\"namespace\" = ''\)")
 
 
 def url(name: str) -> str:
@@ -151,6 +155,7 @@ def test_the_slot_list_filters_by_agent_and_dates_without_a_distinct(
     for agent in ("coder", "planner", "writer"):
         assert f'href="?agent_id={agent}"' in page
     assert_bounded(response.statements, BoundedPaginator.limit)
+    assert not [s for s in response.statements if NOT_EMPTY_NAMESPACE.search(s)]  # a scan
     this_year = timezone.localtime().year
     assert response.context["cl"].date_links["choices"]  # the months, or days, of this year
     dated = statements_of(admin_client, "slot", count_queries, updated_at__year=this_year)
@@ -194,6 +199,25 @@ def test_first_values_reads_the_distinct_values_in_order_with_the_lists_filters(
     assert first_values(Slot.objects.exclude(agent_id="a"), "agent_id", 10) == ["", "b", "c"]
     assert first_values(Slot.objects.filter(pk=-1), "agent_id", 10) == []
     assert first_values(Slot.objects.none(), "agent_id", 10) == []
+
+
+@pytest.mark.postgres
+def test_first_values_probes_the_index_once_a_value() -> None:
+    for n in range(300):
+        make_slot(0, agent=f"agent-{n % 3}", user=f"u{n}")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE squad_memory_slot")
+        with CaptureQueriesContext(connection) as captured:
+            assert first_values(Slot.objects.all(), "agent_id", 10) == [
+                "agent-0",
+                "agent-1",
+                "agent-2",
+            ]
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {captured[0]['sql']}")
+        plan = json.dumps(cursor.fetchone()[0])
+    scans = re.findall(r'"Index Name": "squad_memory_slot_agent"', plan)
+    assert len(scans) == 2 and "Seq Scan" not in plan, plan  # the first value, then the next
+    assert '"Actual Loops": 3' in plan, plan  # one probe a value found
 
 
 def test_the_lists_statements_do_not_grow_with_their_agents_or_pages(
