@@ -79,12 +79,23 @@ def test_a_list_counts_at_most_the_limit_and_says_more_than(
     slot = make_slot(12)
     response = statements_of(admin_client, "message", count_queries, slot__id__exact=slot.pk)
     page = response.content.decode()
-    assert "more than 5\n messages" in page or "more than 5 messages" in " ".join(page.split())
+    assert "more than 5 messages" in " ".join(page.split())
     assert_bounded(response.statements, small_limit)
     counts = [s for s in response.statements if "COUNT(" in s.upper()]
     assert len(counts) == 1  # the filtered count only: no full count beside it
     exact = statements_of(admin_client, "message", count_queries, role="user", seq=99)
     assert "0 messages" in " ".join(exact.content.decode().split())
+
+
+def test_every_count_of_a_capped_slot_list_says_more_than(
+    admin_client: Client, small_limit: int
+) -> None:
+    for n in range(7):
+        make_slot(0, user=f"u{n}")
+    page = " ".join(admin_client.get(url("slot"), {"q": "u"}).content.decode().split())
+    assert "more than 5 slots </p>" in page  # the pager
+    assert "more than 5 results (" in page  # beside the search box
+    assert "Select all (more than 5) slots" in page and "All of more than 5 selected" in page
 
 
 def test_a_short_list_counts_exactly(admin_client: Client, small_limit: int) -> None:
@@ -110,6 +121,27 @@ def test_a_page_past_the_limit_asks_to_narrow_the_list_and_reads_nothing(
         "with a filter or a search, or sort it the other way."
     ]
     assert "narrow it with a filter" in admin_client.get(deep["Location"]).content.decode()
+
+
+def test_the_message_list_sorts_only_by_indexed_columns(
+    admin_client: Client, count_queries: Any
+) -> None:
+    make_slot(4)
+
+    def order_of(o: str) -> str:
+        response = statements_of(admin_client, "message", count_queries, o=o)
+        pages = [s for s in response.statements if "ORDER BY" in s]
+        assert len(pages) == 1
+        return pages[0].split("ORDER BY")[1].replace('"squad_memory_message".', "")
+
+    columns = ["conversation", "seq", "role", "preview", "time", "trimmed"]
+    assert admin.site._registry[Message].list_display == columns
+    assert order_of("1").startswith(' "slot_id" ASC, "seq" ASC')  # seq: not sortable
+    assert order_of("2").startswith(' "slot_id" ASC, "seq" ASC')  # role: not sortable
+    assert order_of("4").startswith(' "timestamp" ASC')
+    assert order_of("-0").startswith(' "slot_id" DESC')
+    page = admin_client.get(url("message")).content.decode()
+    assert 'class="sortable column-time' in page and 'class="column-seq"' in page
 
 
 # -- compression log ---------------------------------------------------------------------------

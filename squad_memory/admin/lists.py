@@ -23,7 +23,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import reverse_field_path
-from django.contrib.admin.views.main import PAGE_VAR, ChangeList
+from django.contrib.admin.views.main import ORDER_VAR, PAGE_VAR, ChangeList
 from django.core.exceptions import EmptyResultSet
 from django.core.paginator import Paginator
 from django.db import connections
@@ -64,12 +64,31 @@ class BoundedChangeList(ChangeList):
         return bool(getattr(self.paginator, "capped", False))
 
     @property
-    def count_limit(self) -> int:
-        return int(getattr(self.paginator, "limit", self.result_count))
+    def count_limit(self) -> str:
+        """The limit a count stopped at, as the admin writes numbers ("10,000")."""
+        return _grouped(getattr(self.paginator, "limit", self.result_count))
 
     @cached_property
     def date_links(self) -> dict[str, Any]:
         return date_links(self)
+
+    def get_ordering(self, request: HttpRequest, queryset: QuerySet[Any]) -> list[Any]:
+        """Only the columns of ``sortable_by`` sort, whatever the URL asks (Django hides the
+        other headers' links, but sorts by them when ``o=`` names them); without one, the
+        list's own order."""
+        if ORDER_VAR in self.params and self.sortable_by is not None:
+            kept = [p for p in str(self.params[ORDER_VAR]).split(".") if self._sortable(p)]
+            self.params.pop(ORDER_VAR)
+            if kept:
+                self.params[ORDER_VAR] = ".".join(kept)
+        return super().get_ordering(request, queryset)
+
+    def _sortable(self, part: str) -> bool:
+        index = part.rpartition("-")[2]
+        try:
+            return self.list_display[int(index)] in (self.sortable_by or ())
+        except (ValueError, IndexError):
+            return False
 
 
 class BoundedListAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -103,10 +122,8 @@ class BoundedListAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         context = getattr(response, "context_data", None) or {}
         cl = context.get("cl")
         if isinstance(cl, BoundedChangeList) and cl.count_capped:
-            limit = formats.number_format(cl.count_limit, force_grouping=True)
-            context["selection_note_all"] = _("All of more than %(limit)s selected") % {
-                "limit": limit
-            }
+            note = _("All of more than %(limit)s selected")
+            context["selection_note_all"] = note % {"limit": cl.count_limit}
         return response
 
 
@@ -117,6 +134,10 @@ def _page_number(request: HttpRequest) -> int:
         return 1
 
 
+def _grouped(number: int) -> str:
+    return str(formats.number_format(number, force_grouping=True))
+
+
 def _past_the_last_page(model_admin: BoundedListAdmin, last: int) -> str:
     limit = getattr(model_admin.paginator, "limit", 0)
     return str(
@@ -125,7 +146,7 @@ def _past_the_last_page(model_admin: BoundedListAdmin, last: int) -> str:
             "others, narrow it with a filter or a search, or sort it the other way."
         )
         % {
-            "limit": formats.number_format(limit, force_grouping=True),
+            "limit": _grouped(limit),
             "rows": model_admin.model._meta.verbose_name_plural,
             "last": last,
         }

@@ -81,6 +81,9 @@ class MessageAdmin(ReadOnlyAdmin):
 
     list_display = ["conversation", "seq", "role", "preview", "time", "trimmed"]
     list_filter = [RoleFilter]
+    # The columns an index orders (the slot's (slot, seq) key, the timestamp's own): sorting
+    # by another would sort the whole history for one page.
+    sortable_by = ["conversation", "time"]
     search_fields = ["slot__user_id", "slot__session_id", "slot__agent_id"]
     fields = ["slot", "seq", "role", "time", "trimmed", "rendered", "content", "citations"]
     readonly_fields = ["slot", "seq", "role", "time", "trimmed", "rendered", "content", "citations"]
