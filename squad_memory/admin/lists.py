@@ -210,8 +210,12 @@ def first_values(rows: QuerySet[Any], field: str, limit: int) -> list[Any]:
     a loose index scan: a recursive query that asks for the next value above the last one
     found, each question one probe of the field's index (a ``SELECT DISTINCT`` would read
     every row, or every entry of the index). The statements are the ORM's own, so ``rows``'
-    filters apply."""
+    filters apply. MySQL refuses the recursive query (its recursive part names the CTE in a
+    subquery), and reads a ``DISTINCT`` of an indexed column by such a scan itself."""
     ordered = rows.order_by(field).values_list(field, flat=True)
+    db = connections[rows.db]
+    if db.vendor == "mysql" and not getattr(db, "mysql_is_mariadb", False):
+        return list(ordered.filter(**{f"{field}__isnull": False}).distinct()[:limit])
     first = ordered.filter(**{f"{field}__isnull": False})[:1]
     found = RawSQL("found.value", (), output_field=rows.model._meta.get_field(field))
     step = ordered.filter(**{f"{field}__gt": found})[:1]
@@ -225,7 +229,7 @@ def first_values(rows: QuerySet[Any], field: str, limit: int) -> list[Any]:
         f"SELECT ({step_sql}), found.n + 1 FROM found WHERE found.value IS NOT NULL "
         "AND found.n < %s) SELECT value FROM found WHERE value IS NOT NULL"
     )
-    with connections[rows.db].cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(sql, [*first_params, *step_params, limit])
         return [value for (value,) in cursor.fetchall()]
 
