@@ -273,3 +273,35 @@ def test_the_lists_statements_do_not_grow_with_their_agents_or_pages(
     for n in range(1, 40):
         make_slot(0, agent=f"a{n}", user=f"u{n}")
     assert count() == few
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("message", ["count", "page"]),
+        ("compression", ["count", "page", "dates"]),
+        ("slot", ["namespace", "agents", "count", "page", "dates"]),
+    ],
+)
+def test_each_list_reads_its_page_in_a_fixed_set_of_bounded_statements(
+    admin_client: Client, count_queries: Any, name: str, expected: list[str]
+) -> None:
+    slot = make_slot(4, agent="planner")
+    log_compression(slot)
+    response = statements_of(admin_client, name, count_queries)
+    ours = [s for s in response.statements if "squad_memory_" in s]
+    assert [kind(s) for s in ours] == expected, ours
+    assert_bounded(ours, BoundedPaginator.limit)
+
+
+def kind(sql: str) -> str:
+    """What a list's statement is for, by its shape."""
+    upper = re.sub(r'[`"]', "", sql.upper())
+    shapes = {
+        "agents": "WITH RECURSIVE",
+        "count": "SELECT COUNT(*) FROM (SELECT",
+        "dates": "SELECT MIN(",
+        "namespace": "SELECT 1 AS A FROM",
+    }
+    found = [name for name, start in shapes.items() if upper.startswith(start)]
+    return found[0] if found else "page" if " ORDER BY " in upper else sql

@@ -146,9 +146,7 @@ class SlotAdmin(BoundedListAdmin, SlotActionsAdmin):
     # -- list ----------------------------------------------------------------------------
     def get_list_display(self, request: HttpRequest) -> Any:
         columns = list(super().get_list_display(request))
-        # "> ''" rather than "<> ''": a probe of the key's index, which leads with the
-        # namespace, not a scan of the table on every page where no slot has one.
-        if Slot.objects.filter(namespace__gt="").exists():
+        if _has_namespaces(request):
             columns.insert(0, "namespace")
         return columns
 
@@ -312,6 +310,17 @@ def _text_matches(db: str, search_term: str) -> QuerySet[Message, int]:
     """The ids of the slots whose messages' text matches a list's search (one per message)."""
     rows = matching(Message.objects.using(db).all(), search_term.strip()[:MAX_QUERY_LENGTH])
     return rows.order_by().values_list("slot_id", flat=True)
+
+
+def _has_namespaces(request: HttpRequest) -> bool:
+    """Whether any slot has a namespace, asked once a request (Django asks for the columns
+    more than once). "> ''" rather than "<> ''": a probe of the key's index, which leads
+    with the namespace, not a scan of the table on every page where no slot has one."""
+    found: bool | None = getattr(request, "squad_memory_namespaces", None)
+    if found is None:
+        found = Slot.objects.filter(namespace__gt="").exists()
+        request.squad_memory_namespaces = found  # type: ignore[attr-defined]
+    return found
 
 
 def _int(value: str | None) -> int:
