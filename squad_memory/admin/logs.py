@@ -13,13 +13,39 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
+from squad_memory.admin.lists import BoundedListAdmin, FixedValuesFilter
 from squad_memory.admin.slots import CSS
 from squad_memory.compression import log
 from squad_memory.models import Compression, Message, Slot
-from squad_memory.rules import visible
+from squad_memory.rules import ROLES, visible
+
+#: What started a compression, as the storages, the sweep and the workers log it.
+TRIGGERS = {
+    "save": _("a save"),
+    "manual": _("summarize now"),
+    "sweep": _("the sweep"),
+    "celery": _("a Celery worker"),
+    "tasks": _("a tasks worker"),
+}
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class RoleFilter(FixedValuesFilter):
+    """The roles a slot accepts (no query for the list of them)."""
+
+    title = _("role")
+    parameter_name = field = "role"
+    values = {role: role for role in ROLES}
+
+
+class TriggerFilter(FixedValuesFilter):
+    """What started a compression (no query for the list of them)."""
+
+    title = _("triggered by")
+    parameter_name = field = "trigger"
+    values = TRIGGERS
+
+
+class ReadOnlyAdmin(BoundedListAdmin):
     """Viewable with the view permission; never added, changed or deleted in the admin."""
 
     list_select_related = ["slot"]
@@ -54,9 +80,11 @@ class MessageAdmin(ReadOnlyAdmin):
     """The raw history, one row per accepted message."""
 
     list_display = ["conversation", "seq", "role", "preview", "time", "trimmed"]
-    list_filter = ["role"]
+    list_filter = [RoleFilter]
+    # The columns an index orders (the slot's (slot, seq) key, the timestamp's own): sorting
+    # by another would sort the whole history for one page.
+    sortable_by = ["conversation", "time"]
     search_fields = ["slot__user_id", "slot__session_id", "slot__agent_id"]
-    show_full_result_count = False
     fields = ["slot", "seq", "role", "time", "trimmed", "rendered", "content", "citations"]
     readonly_fields = ["slot", "seq", "role", "time", "trimmed", "rendered", "content", "citations"]
 
@@ -94,7 +122,7 @@ class CompressionAdmin(ReadOnlyAdmin):
         "outcome_attempt",
         "trigger",
     ]
-    list_filter = ["outcome", "trigger", "started_at"]
+    list_filter = ["outcome", TriggerFilter, "started_at"]
     search_fields = ["slot__user_id", "slot__session_id", "slot__agent_id", "summarizer"]
     date_hierarchy = "started_at"
     ordering = ["-started_at", "-id"]

@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 from squad_memory.admin import transcript
 from squad_memory.admin.actions import SlotActionsAdmin
+from squad_memory.admin.lists import BoundedListAdmin, FirstValuesFilter
 from squad_memory.compression.policy import limits_problems
 from squad_memory.exceptions import SearchTimeout
 from squad_memory.models import Compression, Limits, Message, Slot, SlotState
@@ -52,8 +53,9 @@ class StateFilter(admin.SimpleListFilter):
         return queryset.in_state(self.value(), Limits.from_settings())  # type: ignore[attr-defined,no-any-return]
 
 
-class VisibleValuesFilter(admin.AllValuesFieldListFilter):
-    """``list_filter`` by a field's values, each value shown with :func:`visible`."""
+class VisibleValuesFilter(FirstValuesFilter):
+    """``list_filter`` by a field's values (the first ones, read through its index), each
+    value shown with :func:`visible`."""
 
     def choices(self, changelist: Any) -> Iterator[Any]:
         for choice in super().choices(changelist):
@@ -87,7 +89,7 @@ class SlotForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(Slot)
-class SlotAdmin(SlotActionsAdmin):
+class SlotAdmin(BoundedListAdmin, SlotActionsAdmin):
     """Every conversation, with its raw history and its summary buffer side by side."""
 
     form = SlotForm
@@ -144,7 +146,7 @@ class SlotAdmin(SlotActionsAdmin):
     # -- list ----------------------------------------------------------------------------
     def get_list_display(self, request: HttpRequest) -> Any:
         columns = list(super().get_list_display(request))
-        if Slot.objects.exclude(namespace="").exists():
+        if _has_namespaces(request):
             columns.insert(0, "namespace")
         return columns
 
@@ -308,6 +310,17 @@ def _text_matches(db: str, search_term: str) -> QuerySet[Message, int]:
     """The ids of the slots whose messages' text matches a list's search (one per message)."""
     rows = matching(Message.objects.using(db).all(), search_term.strip()[:MAX_QUERY_LENGTH])
     return rows.order_by().values_list("slot_id", flat=True)
+
+
+def _has_namespaces(request: HttpRequest) -> bool:
+    """Whether any slot has a namespace, asked once a request (Django asks for the columns
+    more than once). "> ''" rather than "<> ''": a probe of the key's index, which leads
+    with the namespace, not a scan of the table on every page where no slot has one."""
+    found: bool | None = getattr(request, "squad_memory_namespaces", None)
+    if found is None:
+        found = Slot.objects.filter(namespace__gt="").exists()
+        request.squad_memory_namespaces = found  # type: ignore[attr-defined]
+    return found
 
 
 def _int(value: str | None) -> int:
