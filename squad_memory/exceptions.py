@@ -15,6 +15,12 @@ class InvalidSlotKey(SquadMemoryError, ValueError):
     """A user, session or agent id is empty, too long or not a string."""
 
 
+class LookalikeSlotKey(InvalidSlotKey):
+    """An id would display as another id (invisible characters, a space at either end, text
+    not in NFC, compatibility characters, letters of mixed scripts); refused unless
+    ``ALLOW_INVISIBLE_IDS``."""
+
+
 class InvalidSummarizerOutput(SquadMemoryError, ValueError):
     """The summarizer returned something other than a list of messages."""
 

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any
 
 from squad_memory.conf import SETTING_NAME, app_settings
-from squad_memory.exceptions import InvalidSlotKey
+from squad_memory.exceptions import InvalidSlotKey, LookalikeSlotKey
 
 logger = logging.getLogger("squad_memory")
 
@@ -137,17 +137,28 @@ _ESCAPED = "".join(c if c == "-" else f"\\u{ord(c):04x}" for c in _PATTERN_CHARS
 ID_PATTERN = f"^[^{_ESCAPED}]+$"
 
 
+#: Scripts UTS #39 lets one identifier mix ("highly restrictive"): Latin with Japanese,
+#: Chinese (Han and Bopomofo) or Korean. Any other pair, Latin with Cyrillic or Greek above
+#: all, is how a look-alike id is made (``paypal`` with a Cyrillic U+0430 for its ``a``).
+_MIXABLE_SCRIPTS = (
+    frozenset({"LATIN", "CJK", "HIRAGANA", "KATAKANA"}),
+    frozenset({"LATIN", "CJK", "BOPOMOFO"}),
+    frozenset({"LATIN", "CJK", "HANGUL"}),
+)
+#: Letters whose Unicode name does not begin with their script's name (None: a letter of
+#: no one script, such as the modifier letters).
+_SCRIPT_OF_NAME = {"IDEOGRAPHIC": "CJK", "KATAKANA-HIRAGANA": "KATAKANA", "MODIFIER": None}
+
+
 def id_problem(
     value: Any, max_length: int | None = None, allow_invisible: bool | None = None
 ) -> str | None:
     """Why ``value`` is not a valid ``user_id``, ``session_id`` or ``agent_id``, or None: an
     id is a non-empty string of at most ``MAX_ID_LENGTH`` characters with no control
     character, no lone surrogate and, unless ``ALLOW_INVISIBLE_IDS``, nothing that makes it
-    display as another id: no invisible, bidirectional-control, blank or non-ASCII space
-    character (they make ``ticket-\\u202e4321-gnp.exe`` display as ``ticket-exe.png-1234``),
-    no space at either end, and no decomposed character (it must be in Unicode NFC). Such
-    ids are refused, never normalized: a stored id is never rewritten. ``max_length`` and
-    ``allow_invisible``: the settings as already read (None: read them)."""
+    display as another id (:func:`lookalike_problem`). Such ids are refused, never
+    normalized: a stored id is never rewritten. ``max_length`` and ``allow_invisible``: the
+    settings as already read (None: read them)."""
     limit = app_settings.max_id_length if max_length is None else max_length
     if not isinstance(value, str) or not value:
         return f"must be a non-empty string, got {value!r}"
@@ -157,6 +168,17 @@ def id_problem(
         return "must not contain control characters (NUL, tab, newline...) or lone surrogates"
     if app_settings.allow_invisible_ids if allow_invisible is None else allow_invisible:
         return None
+    return lookalike_problem(value)
+
+
+def lookalike_problem(value: str) -> str | None:
+    """Why the id ``value`` may display as another id, or None: an invisible,
+    bidirectional-control, blank or non-ASCII space character (they make
+    ``ticket-\u202e4321-gnp.exe`` display as ``ticket-exe.png-1234``), a space at either
+    end, a decomposed character (not in Unicode NFC), a compatibility character (a
+    fullwidth letter, the ligature U+FB01 for ``fi``: Unicode NFKC rewrites them), or letters
+    of two scripts that one word does not mix (a Cyrillic U+0435 for an ``e`` in a Latin
+    id)."""
     allow = f"; set {SETTING_NAME}['ALLOW_INVISIBLE_IDS'] = True to allow such ids"
     if found := INVISIBLE_CHARS.search(value):
         return (
@@ -170,7 +192,39 @@ def id_problem(
             f"must be in Unicode normalization form NFC (it shows as the NFC id "
             f"{unicodedata.normalize('NFC', value)!r}, a different id; send that){allow}"
         )
-    return None
+    if not unicodedata.is_normalized("NFKC", value):
+        char = next((c for c in value if unicodedata.normalize("NFKC", c) != c), value[0])
+        return (
+            f"must not contain compatibility characters such as fullwidth letters or "
+            f"ligatures (found U+{ord(char):04X} {char!r}, which Unicode NFKC writes as "
+            f"{unicodedata.normalize('NFKC', char)!r}; send "
+            f"{unicodedata.normalize('NFKC', value)!r}){allow}"
+        )
+    return mixed_scripts_problem(value, allow)
+
+
+def letter_script(char: str) -> str | None:
+    """The script of a letter, as the first word of its Unicode name (None: not a letter,
+    or a letter of no one script)."""
+    if not unicodedata.category(char).startswith("L"):
+        return None
+    word = unicodedata.name(char, "UNKNOWN").split()[0]
+    return _SCRIPT_OF_NAME.get(word, word)
+
+
+def mixed_scripts_problem(value: str, allow: str = "") -> str | None:
+    """Why ``value`` mixes letters of scripts that one id must not mix, or None."""
+    first: dict[str, str] = {}
+    for char in value:
+        if (script := letter_script(char)) is not None:
+            first.setdefault(script, char)
+    if len(first) < 2 or any(first.keys() <= mixable for mixable in _MIXABLE_SCRIPTS):
+        return None
+    found = ", ".join(f"{s.title()} {c!r} (U+{ord(c):04X})" for s, c in first.items())
+    return (
+        f"must not mix letters of several scripts (found {found}): such an id can display "
+        f"as another; write its letters in one script{allow}"
+    )
 
 
 #: Keys found valid, with the settings they were checked under (a conversation's key is
@@ -180,14 +234,16 @@ _VALID_KEYS_MAX = 4096
 
 
 def validate_key(user_id: Any, session_id: Any, agent_id: Any) -> tuple[str, str, str]:
-    """The slot key, or :class:`InvalidSlotKey` naming the id that breaks the id rule."""
+    """The slot key, or :class:`InvalidSlotKey` naming the id that breaks the id rule
+    (:class:`LookalikeSlotKey` for one that would display as another id)."""
     limit, allow = app_settings.max_id_length, app_settings.allow_invisible_ids  # read once
     known = (user_id, session_id, agent_id, limit, allow)
     if type(user_id) is type(session_id) is type(agent_id) is str and known in _VALID_KEYS:
         return (user_id, session_id, agent_id)
     for name, value in (("user_id", user_id), ("session_id", session_id), ("agent_id", agent_id)):
         if (problem := id_problem(value, limit, allow)) is not None:
-            raise InvalidSlotKey(f"{name} {problem}.")
+            plain = id_problem(value, limit, allow_invisible=True) is not None
+            raise (InvalidSlotKey if plain else LookalikeSlotKey)(f"{name} {problem}.")
     if len(_VALID_KEYS) >= _VALID_KEYS_MAX:
         _VALID_KEYS.clear()
     _VALID_KEYS.add(known)
