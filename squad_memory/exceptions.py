@@ -57,5 +57,13 @@ class SearchTimeout(SquadMemoryError):
     """A search of message text ran past ``SEARCH_TIMEOUT`` seconds and was stopped."""
 
 
+class IdempotencyKeyReused(SquadMemoryError, ValueError):
+    """The key was already used for a different request; send a new key for a new request."""
+
+
+class InvalidIdempotencyKey(SquadMemoryError, ValueError):
+    """An idempotency key is not 1 to 255 printable ASCII characters (a UUID is a good key)."""
+
+
 class ImportFileError(SquadMemoryError, ValueError):
     """A conversation file to import has invalid lines; nothing was stored."""
