@@ -5,6 +5,7 @@ the trim again; a property test holds the two to the same decisions.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -129,25 +130,10 @@ _INVISIBLE = _INVISIBLE_BMP + "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0
 CONTROL_CHARS = re.compile(f"[{_CONTROL}]")
 INVISIBLE_CHARS = re.compile(f"[{_INVISIBLE}]")
 _HIDDEN = re.compile(f"[{_CONTROL}{_INVISIBLE}]")
-#: Both classes as the OpenAPI pattern of an id (the default, strict rule). The server alone
-#: checks lone surrogates (no UTF-8 request carries one, and a pattern naming them is one
-#: that request generators cannot use) and the characters beyond the Basic Multilingual Plane.
-_PATTERN_CHARS = _CONTROL.replace("\ud800-\udfff", "") + _INVISIBLE_BMP
-_ESCAPED = "".join(c if c == "-" else f"\\u{ord(c):04x}" for c in _PATTERN_CHARS)
-ID_PATTERN = f"^[^{_ESCAPED}]+$"
-
-
-#: Scripts UTS #39 lets one identifier mix ("highly restrictive"): Latin with Japanese,
-#: Chinese (Han and Bopomofo) or Korean. Any other pair, Latin with Cyrillic or Greek above
-#: all, is how a look-alike id is made (``paypal`` with a Cyrillic U+0430 for its ``a``).
-_MIXABLE_SCRIPTS = (
-    frozenset({"LATIN", "CJK", "HIRAGANA", "KATAKANA"}),
-    frozenset({"LATIN", "CJK", "BOPOMOFO"}),
-    frozenset({"LATIN", "CJK", "HANGUL"}),
-)
-#: Letters whose Unicode name does not begin with their script's name (None: a letter of
-#: no one script, such as the modifier letters).
-_SCRIPT_OF_NAME = {"IDEOGRAPHIC": "CJK", "KATAKANA-HIRAGANA": "KATAKANA", "MODIFIER": None}
+#: The alphabets whose letters look alike (``a`` and the Cyrillic ``\u0430``, ``o`` and the
+#: Greek ``\u03bf``): an id's letters come from one of them at most. Letters of other
+#: scripts (Chinese, Japanese, Arabic...) may go with any, as ``\u6771\u4eac-abc`` does.
+LOOKALIKE_SCRIPTS = ("LATIN", "GREEK", "CYRILLIC", "ARMENIAN", "CHEROKEE", "COPTIC")
 
 
 def id_problem(
@@ -177,8 +163,7 @@ def lookalike_problem(value: str) -> str | None:
     ``ticket-\u202e4321-gnp.exe`` display as ``ticket-exe.png-1234``), a space at either
     end, a decomposed character (not in Unicode NFC), a compatibility character (a
     fullwidth letter, the ligature U+FB01 for ``fi``: Unicode NFKC rewrites them), or letters
-    of two scripts that one word does not mix (a Cyrillic U+0435 for an ``e`` in a Latin
-    id)."""
+    of two :data:`LOOKALIKE_SCRIPTS` (a Cyrillic U+0435 for an ``e`` in a Latin id)."""
     allow = f"; set {SETTING_NAME}['ALLOW_INVISIBLE_IDS'] = True to allow such ids"
     if found := INVISIBLE_CHARS.search(value):
         return (
@@ -204,27 +189,69 @@ def lookalike_problem(value: str) -> str | None:
 
 
 def letter_script(char: str) -> str | None:
-    """The script of a letter, as the first word of its Unicode name (None: not a letter,
-    or a letter of no one script)."""
+    """The script of a letter, as the first word of its Unicode name (None: not a letter)."""
     if not unicodedata.category(char).startswith("L"):
         return None
-    word = unicodedata.name(char, "UNKNOWN").split()[0]
-    return _SCRIPT_OF_NAME.get(word, word)
+    return unicodedata.name(char, "UNKNOWN").split()[0]
 
 
 def mixed_scripts_problem(value: str, allow: str = "") -> str | None:
-    """Why ``value`` mixes letters of scripts that one id must not mix, or None."""
+    """Why ``value`` mixes letters of two :data:`LOOKALIKE_SCRIPTS`, or None."""
     first: dict[str, str] = {}
     for char in value:
-        if (script := letter_script(char)) is not None:
+        if (script := letter_script(char)) in LOOKALIKE_SCRIPTS:
             first.setdefault(script, char)
-    if len(first) < 2 or any(first.keys() <= mixable for mixable in _MIXABLE_SCRIPTS):
+    if len(first) < 2:
         return None
     found = ", ".join(f"{s.title()} {c!r} (U+{ord(c):04X})" for s, c in first.items())
     return (
-        f"must not mix letters of several scripts (found {found}): such an id can display "
-        f"as another; write its letters in one script{allow}"
+        f"must not mix letters of the Latin, Greek, Cyrillic, Armenian, Cherokee and Coptic "
+        f"alphabets (found {found}): such an id can display as another; write its letters "
+        f"in one alphabet{allow}"
     )
+
+
+#: The Basic Multilingual Plane but for the blocks of Han, Yi and Hangul syllables (most of
+#: its letters, none of them in :data:`LOOKALIKE_SCRIPTS`) and the surrogates.
+_NAMED_RANGES = ((0, 0x3400), (0xA4D0, 0xAC00), (0xD7B0, 0xD800), (0xE000, 0x10000))
+
+
+@functools.cache
+def id_pattern() -> str:
+    """The id rule as the OpenAPI pattern of an id (the default, strict rule; built from
+    this Python's Unicode tables, as the rule is). The server alone checks lone surrogates
+    (no UTF-8 request carries one), the characters beyond the Basic Multilingual Plane (a
+    pattern naming them is one that request generators cannot use) and sequences that NFC
+    composes (``e`` and a combining accent)."""
+    refused: list[str] = []
+    letters: dict[str, str] = {}
+    for start, end in _NAMED_RANGES:
+        for char in map(chr, range(start, end)):
+            if _HIDDEN.match(char) or not unicodedata.is_normalized("NFKC", char):
+                refused.append(char)
+            elif (script := letter_script(char)) in LOOKALIKE_SCRIPTS:
+                letters[char] = str(script)
+    alphabets = {one: [c for c, s in letters.items() if s == one] for one in LOOKALIKE_SCRIPTS}
+    mixed = "".join(
+        f"(?!.*[{_char_class(alphabets[one])}]"
+        f".*[{_char_class([c for c, s in letters.items() if s != one])}])"
+        for one in LOOKALIKE_SCRIPTS
+    )
+    shown, inner = _char_class([*refused, " "]), _char_class(refused)
+    return f"^{mixed}[^{shown}](?:[^{inner}]*[^{shown}])?$"
+
+
+def _char_class(chars: list[str]) -> str:
+    """The inside of a regular expression's ``[...]`` matching ``chars``, as ``\\uXXXX``
+    ranges (ECMA-262 and Python read them alike)."""
+    points = sorted(ord(c) for c in chars)
+    ranges: list[list[int]] = []
+    for point in points:
+        if ranges and point == ranges[-1][1] + 1:
+            ranges[-1][1] = point
+        else:
+            ranges.append([point, point])
+    return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
 
 
 #: Keys found valid, with the settings they were checked under (a conversation's key is

@@ -31,6 +31,7 @@ from tests.conftest import extra, msg
         "한국어-abc",
         "注音ㄅㄆ-abc",
         "محمد",
+        "user-\u0645\u062d\u0645\u062f",  # Arabic letters go with Latin ones
         "\u02bcokina",  # a modifier letter is of no one script
     ],
 )
@@ -157,8 +158,8 @@ LOOKALIKE_IDS = {
     "fullwidth": ("\uff54icket", "ticket", "compatibility characters"),
     "ligature": ("pro\ufb01le", "profile", "compatibility characters"),
     "superscript": ("ticket\u00b2", "ticket2", "compatibility characters"),
-    "Cyrillic a in Latin": ("p\u0430ypal", "paypal", "mix letters of several scripts"),
-    "Greek o in Latin": ("g\u03bfogle", "google", "mix letters of several scripts"),
+    "Cyrillic a in Latin": ("p\u0430ypal", "paypal", "mix letters of the Latin, Greek"),
+    "Greek o in Latin": ("g\u03bfogle", "google", "mix letters of the Latin, Greek"),
 }
 
 
