@@ -15,6 +15,12 @@ class InvalidSlotKey(SquadMemoryError, ValueError):
     """A user, session or agent id is empty, too long or not a string."""
 
 
+class LookalikeSlotKey(InvalidSlotKey):
+    """An id would display as another id (invisible characters, a space at either end, text
+    not in NFC, compatibility characters, letters of mixed scripts); refused unless
+    ``ALLOW_INVISIBLE_IDS``."""
+
+
 class InvalidSummarizerOutput(SquadMemoryError, ValueError):
     """The summarizer returned something other than a list of messages."""
 
@@ -49,6 +55,14 @@ class SummarizerBadReply(SummarizerError):
 
 class SearchTimeout(SquadMemoryError):
     """A search of message text ran past ``SEARCH_TIMEOUT`` seconds and was stopped."""
+
+
+class IdempotencyKeyReused(SquadMemoryError, ValueError):
+    """The key was already used for a different request; send a new key for a new request."""
+
+
+class InvalidIdempotencyKey(SquadMemoryError, ValueError):
+    """An idempotency key is not 1 to 255 printable ASCII characters (a UUID is a good key)."""
 
 
 class ImportFileError(SquadMemoryError, ValueError):

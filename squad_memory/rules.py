@@ -5,6 +5,7 @@ the trim again; a property test holds the two to the same decisions.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -15,7 +16,7 @@ from enum import Enum
 from typing import Any
 
 from squad_memory.conf import SETTING_NAME, app_settings
-from squad_memory.exceptions import InvalidSlotKey
+from squad_memory.exceptions import InvalidSlotKey, LookalikeSlotKey
 
 logger = logging.getLogger("squad_memory")
 
@@ -129,12 +130,10 @@ _INVISIBLE = _INVISIBLE_BMP + "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0
 CONTROL_CHARS = re.compile(f"[{_CONTROL}]")
 INVISIBLE_CHARS = re.compile(f"[{_INVISIBLE}]")
 _HIDDEN = re.compile(f"[{_CONTROL}{_INVISIBLE}]")
-#: Both classes as the OpenAPI pattern of an id (the default, strict rule). The server alone
-#: checks lone surrogates (no UTF-8 request carries one, and a pattern naming them is one
-#: that request generators cannot use) and the characters beyond the Basic Multilingual Plane.
-_PATTERN_CHARS = _CONTROL.replace("\ud800-\udfff", "") + _INVISIBLE_BMP
-_ESCAPED = "".join(c if c == "-" else f"\\u{ord(c):04x}" for c in _PATTERN_CHARS)
-ID_PATTERN = f"^[^{_ESCAPED}]+$"
+#: The alphabets whose letters look alike (``a`` and the Cyrillic ``\u0430``, ``o`` and the
+#: Greek ``\u03bf``): an id's letters come from one of them at most. Letters of other
+#: scripts (Chinese, Japanese, Arabic...) may go with any, as ``\u6771\u4eac-abc`` does.
+LOOKALIKE_SCRIPTS = ("LATIN", "GREEK", "CYRILLIC", "ARMENIAN", "CHEROKEE", "COPTIC")
 
 
 def id_problem(
@@ -143,11 +142,9 @@ def id_problem(
     """Why ``value`` is not a valid ``user_id``, ``session_id`` or ``agent_id``, or None: an
     id is a non-empty string of at most ``MAX_ID_LENGTH`` characters with no control
     character, no lone surrogate and, unless ``ALLOW_INVISIBLE_IDS``, nothing that makes it
-    display as another id: no invisible, bidirectional-control, blank or non-ASCII space
-    character (they make ``ticket-\\u202e4321-gnp.exe`` display as ``ticket-exe.png-1234``),
-    no space at either end, and no decomposed character (it must be in Unicode NFC). Such
-    ids are refused, never normalized: a stored id is never rewritten. ``max_length`` and
-    ``allow_invisible``: the settings as already read (None: read them)."""
+    display as another id (:func:`lookalike_problem`). Such ids are refused, never
+    normalized: a stored id is never rewritten. ``max_length`` and ``allow_invisible``: the
+    settings as already read (None: read them)."""
     limit = app_settings.max_id_length if max_length is None else max_length
     if not isinstance(value, str) or not value:
         return f"must be a non-empty string, got {value!r}"
@@ -157,6 +154,16 @@ def id_problem(
         return "must not contain control characters (NUL, tab, newline...) or lone surrogates"
     if app_settings.allow_invisible_ids if allow_invisible is None else allow_invisible:
         return None
+    return lookalike_problem(value)
+
+
+def lookalike_problem(value: str) -> str | None:
+    """Why the id ``value`` may display as another id, or None: an invisible,
+    bidirectional-control, blank or non-ASCII space character (they make
+    ``ticket-\u202e4321-gnp.exe`` display as ``ticket-exe.png-1234``), a space at either
+    end, a decomposed character (not in Unicode NFC), a compatibility character (a
+    fullwidth letter, the ligature U+FB01 for ``fi``: Unicode NFKC rewrites them), or letters
+    of two :data:`LOOKALIKE_SCRIPTS` (a Cyrillic U+0435 for an ``e`` in a Latin id)."""
     allow = f"; set {SETTING_NAME}['ALLOW_INVISIBLE_IDS'] = True to allow such ids"
     if found := INVISIBLE_CHARS.search(value):
         return (
@@ -170,7 +177,81 @@ def id_problem(
             f"must be in Unicode normalization form NFC (it shows as the NFC id "
             f"{unicodedata.normalize('NFC', value)!r}, a different id; send that){allow}"
         )
-    return None
+    if not unicodedata.is_normalized("NFKC", value):
+        char = next((c for c in value if unicodedata.normalize("NFKC", c) != c), value[0])
+        return (
+            f"must not contain compatibility characters such as fullwidth letters or "
+            f"ligatures (found U+{ord(char):04X} {char!r}, which Unicode NFKC writes as "
+            f"{unicodedata.normalize('NFKC', char)!r}; send "
+            f"{unicodedata.normalize('NFKC', value)!r}){allow}"
+        )
+    return mixed_scripts_problem(value, allow)
+
+
+def letter_script(char: str) -> str | None:
+    """The script of a letter, as the first word of its Unicode name (None: not a letter)."""
+    if not unicodedata.category(char).startswith("L"):
+        return None
+    return unicodedata.name(char, "UNKNOWN").split()[0]
+
+
+def mixed_scripts_problem(value: str, allow: str = "") -> str | None:
+    """Why ``value`` mixes letters of two :data:`LOOKALIKE_SCRIPTS`, or None."""
+    first: dict[str, str] = {}
+    for char in value:
+        if (script := letter_script(char)) in LOOKALIKE_SCRIPTS:
+            first.setdefault(script, char)
+    if len(first) < 2:
+        return None
+    found = ", ".join(f"{s.title()} {c!r} (U+{ord(c):04X})" for s, c in first.items())
+    return (
+        f"must not mix letters of the Latin, Greek, Cyrillic, Armenian, Cherokee and Coptic "
+        f"alphabets (found {found}): such an id can display as another; write its letters "
+        f"in one alphabet{allow}"
+    )
+
+
+#: The Basic Multilingual Plane but for the blocks of Han, Yi and Hangul syllables (most of
+#: its letters, none of them in :data:`LOOKALIKE_SCRIPTS`) and the surrogates.
+_NAMED_RANGES = ((0, 0x3400), (0xA4D0, 0xAC00), (0xD7B0, 0xD800), (0xE000, 0x10000))
+
+
+@functools.cache
+def id_pattern() -> str:
+    """The id rule as the OpenAPI pattern of an id (the default, strict rule; built from
+    this Python's Unicode tables, as the rule is). The server alone checks lone surrogates
+    (no UTF-8 request carries one), the characters beyond the Basic Multilingual Plane (a
+    pattern naming them is one that request generators cannot use) and sequences that NFC
+    composes (``e`` and a combining accent)."""
+    refused: list[str] = []
+    letters: dict[str, str] = {}
+    for start, end in _NAMED_RANGES:
+        for char in map(chr, range(start, end)):
+            if _HIDDEN.match(char) or not unicodedata.is_normalized("NFKC", char):
+                refused.append(char)
+            elif (script := letter_script(char)) in LOOKALIKE_SCRIPTS:
+                letters[char] = str(script)
+    alphabets = {one: [c for c, s in letters.items() if s == one] for one in LOOKALIKE_SCRIPTS}
+    mixed = "".join(
+        f"(?!.*[{_char_class(alphabets[one])}]"
+        f".*[{_char_class([c for c, s in letters.items() if s != one])}])"
+        for one in LOOKALIKE_SCRIPTS
+    )
+    shown, inner = _char_class([*refused, " "]), _char_class(refused)
+    return f"^{mixed}[^{shown}](?:[^{inner}]*[^{shown}])?$"
+
+
+def _char_class(chars: list[str]) -> str:
+    """The inside of a regular expression's ``[...]`` matching ``chars``, as ``\\uXXXX``
+    ranges (ECMA-262 and Python read them alike)."""
+    points = sorted(ord(c) for c in chars)
+    ranges: list[list[int]] = []
+    for point in points:
+        if ranges and point == ranges[-1][1] + 1:
+            ranges[-1][1] = point
+        else:
+            ranges.append([point, point])
+    return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
 
 
 #: Keys found valid, with the settings they were checked under (a conversation's key is
@@ -180,14 +261,16 @@ _VALID_KEYS_MAX = 4096
 
 
 def validate_key(user_id: Any, session_id: Any, agent_id: Any) -> tuple[str, str, str]:
-    """The slot key, or :class:`InvalidSlotKey` naming the id that breaks the id rule."""
+    """The slot key, or :class:`InvalidSlotKey` naming the id that breaks the id rule
+    (:class:`LookalikeSlotKey` for one that would display as another id)."""
     limit, allow = app_settings.max_id_length, app_settings.allow_invisible_ids  # read once
     known = (user_id, session_id, agent_id, limit, allow)
     if type(user_id) is type(session_id) is type(agent_id) is str and known in _VALID_KEYS:
         return (user_id, session_id, agent_id)
     for name, value in (("user_id", user_id), ("session_id", session_id), ("agent_id", agent_id)):
         if (problem := id_problem(value, limit, allow)) is not None:
-            raise InvalidSlotKey(f"{name} {problem}.")
+            plain = id_problem(value, limit, allow_invisible=True) is not None
+            raise (InvalidSlotKey if plain else LookalikeSlotKey)(f"{name} {problem}.")
     if len(_VALID_KEYS) >= _VALID_KEYS_MAX:
         _VALID_KEYS.clear()
     _VALID_KEYS.add(known)

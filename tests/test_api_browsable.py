@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 from django.test import Client
+from django.urls import URLPattern, URLResolver, reverse
 
 from squad_memory.models import Message
 from tests.api_support import Users, client_for, fill
@@ -41,6 +45,51 @@ def test_a_logged_in_browser_gets_the_browsable_api(users: Users) -> None:
         assert "rest_framework/js/" in body and "response-info" in body, path
     page = browser.get(f"/api/slots/{slot.pk}/messages/", HTTP_ACCEPT=HTML).content.decode()
     assert "m0" in page and "&quot;seq&quot;" in page  # the JSON, shown in the page
+
+
+#: What a GET needs besides the path, by route name (a new endpoint that needs more is a 400).
+QUERIES = {"search": {"q": "m0"}}
+
+
+def routes(patterns: list[Any], prefix: str = "") -> Iterator[tuple[str, URLPattern]]:
+    """Every route of the API's URLconf, with its namespaced name, the router's included."""
+    for entry in patterns:
+        if isinstance(entry, URLResolver):
+            yield from routes(entry.url_patterns, prefix)
+        elif entry.name is not None:
+            yield f"{prefix}{entry.name}", entry
+
+
+def browsable_gets(pk: int) -> Iterator[tuple[str, str]]:
+    """Each route whose view answers GET and offers the browsable API: its name and path."""
+    from squad_memory.api import urls
+    from squad_memory.api.formats import BrowsableRenderer
+
+    for name, route in routes(urls.urlpatterns):
+        view = getattr(route.callback, "cls", None)
+        actions = getattr(route.callback, "actions", None)
+        gets = "get" in actions if actions is not None else hasattr(view, "get")
+        if view is None or not gets or BrowsableRenderer not in view.renderer_classes:
+            continue
+        values = {"session_id": "s1", "pk": pk}
+        kwargs = {group: values[group] for group in route.pattern.regex.groupindex}
+        yield name, reverse(f"squad_memory_api:{name}", kwargs=kwargs)
+
+
+def test_every_endpoint_renders_in_the_browsable_api(users: Users) -> None:
+    """Views that build their rows in ``get`` (sessions, search) have no queryset for DRF's
+    filter form to ask for; each still renders, and so will any new endpoint."""
+    slot = fill(users.owner, 3)
+    browser = browser_for(users)
+    seen = set()
+    for name, path in browsable_gets(slot.pk):
+        reply = browser.get(path, QUERIES.get(name, {}), HTTP_ACCEPT=HTML)
+        assert reply.status_code == 200, (path, reply.status_code, reply.content[:300])
+        assert reply["Content-Type"].startswith("text/html"), path
+        assert "response-info" in reply.content.decode(), path
+        seen.add(name)
+    lists = {"root", "slot-list", "session-list", "session-history", "search", "slot-messages"}
+    assert lists <= seen
 
 
 def test_the_browsable_api_escapes_what_a_message_holds(users: Users) -> None:

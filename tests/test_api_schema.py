@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,9 +59,9 @@ schema = schemathesis.openapi.from_wsgi("/api/schema/", WSGIHandler())
 
 
 @schema.parametrize()
-# Derandomized: the same examples every run. (An id may hold none of the invisible
-# characters beyond the Basic Multilingual Plane, which no pattern a generator can use
-# states: a random run could draw one.)
+# Derandomized: the same examples every run. (An id may hold none of the invisible or
+# compatibility characters beyond the Basic Multilingual Plane, nor a sequence that NFC
+# composes, which no pattern a generator can use states: a random run could draw one.)
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_api_conforms_to_its_schema(case: Any, wsgi_app: WSGIHandler, token: str) -> None:
     # Every check: no 5xx, status codes, content types, headers and bodies as documented,
@@ -70,6 +71,38 @@ def test_api_conforms_to_its_schema(case: Any, wsgi_app: WSGIHandler, token: str
     # with another body is a 422 by design, tested in test_api_idempotency.py).
     IdempotencyKey.objects.all().delete()
     case.call_and_validate(headers={"Authorization": f"Token {token}"})
+
+
+# The stateful run sends its token as a registered auth (the `ignored_auth` check then
+# knows it for the run's own, valid credentials, and probes without it).
+workflows = schemathesis.openapi.from_wsgi("/api/schema/", WSGIHandler())
+
+
+@workflows.auth(refresh_interval=None)
+class FuzzerToken:
+    token = ""
+
+    def get(self, case: Any, context: Any) -> str:
+        return self.token
+
+    def set(self, case: Any, data: str, context: Any) -> None:
+        case.headers = {**(case.headers or {}), "Authorization": f"Token {data}"}
+
+
+def test_api_workflows_conform_to_their_schema(wsgi_app: WSGIHandler, token: str) -> None:
+    """Stateful: sequences of calls along the links schemathesis infers from the schema
+    (a slot listed, then read, compressed, reset or deleted; a session listed, then its
+    history or its deletion), every response checked as above."""
+    FuzzerToken.token = token
+    workflows.as_state_machine().run(
+        settings=settings(
+            max_examples=10,
+            stateful_step_count=6,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+        )
+    )
 
 
 def test_the_docs_examples_are_valid_requests(token: str) -> None:
@@ -87,3 +120,94 @@ def test_the_docs_examples_are_valid_requests(token: str) -> None:
         assert client.post("/api/slots/messages/", body, format="json").status_code == 201
     scheme = document["components"]["securitySchemes"]["tokenAuth"]
     assert "Type `Token <key>`" in scheme["description"]
+
+
+# -- the schema states the server's rules ------------------------------------------------------
+def schema_document(client: Any) -> dict[str, Any]:
+    return dict(client.get("/api/schema/", {"format": "json"}).json())
+
+
+def id_schemas(document: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every id a request sends, parameter or body field, with where it is."""
+    ids = ("user_id", "session_id", "agent_id")
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            for param in operation.get("parameters", []):
+                if param["name"] in ids:
+                    yield f"{method} {path} {param['name']}", param["schema"]
+    for name, component in document["components"]["schemas"].items():
+        for field, schema in component.get("properties", {}).items():
+            if field in ids and name.endswith("Request"):  # a request body's
+                yield f"{name}.{field}", schema
+
+
+#: Ids the server refuses: invisible, spaces at the ends, compatibility characters, mixed
+#: alphabets; and ids it accepts.
+REFUSED_IDS = [
+    " s",
+    "s ",
+    "a\u200bb",
+    "\u00a0s",
+    "\uff53",
+    "pro\ufb01le",
+    "p\u0430ypal",
+    "g\u03bfod",
+]
+ACCEPTED_IDS = ["s", "a b", "caf\u00e9", "\u0434\u043e\u043a\u043b\u0430\u0434", "\u6771\u4eac-abc"]
+
+
+def test_every_id_in_the_schema_refuses_what_the_server_refuses(db: Any) -> None:
+    """The schema's id pattern is the server's rule (but for what a pattern cannot say: lone
+    surrogates, characters beyond the Basic Multilingual Plane, sequences NFC composes)."""
+    from rest_framework.test import APIClient
+
+    from squad_memory.rules import id_pattern, id_problem
+
+    found = dict(id_schemas(schema_document(APIClient())))
+    assert len(found) >= 8, sorted(found)
+    for where, schema in found.items():
+        assert schema.get("pattern") == id_pattern(), where
+    pattern = re.compile(id_pattern())
+    for value in REFUSED_IDS + ACCEPTED_IDS:
+        assert (id_problem(value) is None) == bool(pattern.fullmatch(value)), value
+    for point in range(0x10000):
+        if not 0xD800 <= point <= 0xDFFF:
+            value = f"0{chr(point)}0"
+            assert (id_problem(value) is None) == bool(pattern.fullmatch(value)), hex(point)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/search/?q=a&q=b",
+        "/api/sessions/?user_id=a&user_id=b",
+        "/api/sessions/s1/history/?user_id=a&user_id=b",
+        "/api/slots/?session_id=a&session_id=b",
+    ],
+)
+def test_a_repeated_query_parameter_is_a_400_naming_it(token: str, path: str) -> None:
+    """Not its last value, silently: the schema states each parameter once."""
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    reply = client.get(path)
+    name = path.split("?")[1].split("=")[0]
+    assert reply.status_code == 400 and list(reply.json()) == [name], reply.json()
+    assert "more than once" in reply.json()[name][0]
+
+
+def test_every_operation_taking_an_idempotency_key_documents_its_422(db: Any) -> None:
+    from rest_framework.test import APIClient
+
+    from squad_memory.api.docs import IDEMPOTENCY_KEY
+
+    keyed = [
+        (path, method, operation)
+        for path, operations in schema_document(APIClient())["paths"].items()
+        for method, operation in operations.items()
+        if any(p["name"] == IDEMPOTENCY_KEY.name for p in operation.get("parameters", []))
+    ]
+    assert keyed
+    for path, method, operation in keyed:
+        assert "422" in operation["responses"], (method, path)

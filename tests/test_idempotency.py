@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import threading
 from datetime import timedelta
 from io import StringIO
 from types import SimpleNamespace
@@ -15,7 +17,9 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from squad_memory.models import IdempotencyKey, Slot
+from squad_memory.exceptions import InvalidIdempotencyKey
+from squad_memory.models import IdempotencyKey, Message, Slot
+from squad_memory.models.idempotency import STORAGE_OWNER
 from squad_memory.operations import forgetting, housekeeping
 from squad_memory.operations.idempotency import (
     Answer,
@@ -24,8 +28,11 @@ from squad_memory.operations.idempotency import (
     purge_expired,
     request_hash,
 )
+from squad_memory.storage import DjangoChatStorage, SummarizingChatStorage
+from squad_memory.threads import close_database_threads
+from tests import summarizers
 from tests.api_support import Users, client_for, one, post
-from tests.conftest import extra
+from tests.conftest import extra, msg, texts
 
 pytestmark = pytest.mark.django_db
 pytest_plugins = ["tests.api_fixtures"]
@@ -179,3 +186,151 @@ def test_the_migration_ties_stored_answers_to_their_slots() -> None:
     }
     slot.delete()
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["x"]
+
+
+# -- the storage's idempotency_key: a retry after a cancel stores nothing ----------------------
+class Gate:
+    """A ``TOKEN_COUNTER`` that holds every save inside its transaction (after its key is
+    claimed, before its rows are inserted) until :meth:`open`: a save its caller cancelled
+    is certainly still running when the caller gets its ``TimeoutError``."""
+
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+
+    def __call__(self, message: Any) -> int:
+        assert self.opened.wait(60), "the test never opened the gate"
+        return 1
+
+    def open(self) -> None:
+        self.opened.set()
+
+
+def batch_of(i: int) -> list[Any]:
+    return [msg("user", f"q{i}"), msg("assistant", f"a{i}")]
+
+
+async def cancelled_then_retried(storage: Any, i: int, key: str | None) -> None:
+    """A save cancelled by ``wait_for`` while it runs, then retried once after the timeout
+    (before the first save ends for odd ``i``, after it for even ``i``)."""
+    gate = Gate()
+    with override_settings(SQUAD_MEMORY={"TOKEN_COUNTER": gate}):
+        save = storage.save_chat_messages("u", "s", "a", batch_of(i), idempotency_key=key)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(save, timeout=0.05)
+        if i % 2 == 0:
+            gate.open()
+        retry = asyncio.ensure_future(
+            storage.save_chat_messages("u", "s", "a", batch_of(i), idempotency_key=key)
+        )
+        await asyncio.sleep(0)
+        gate.open()
+        conversation = await retry
+    assert texts(conversation)[-2:] == [f"q{i}", f"a{i}"]
+
+
+def stored_texts() -> list[str]:
+    return list(Message.objects.order_by("seq").values_list("text", flat=True))
+
+
+@pytest.mark.django_db(transaction=True)  # database threads see committed rows only
+@pytest.mark.parametrize("storage_class", ["django", "summarizing"])
+def test_a_cancelled_save_retried_with_its_key_is_stored_exactly_once(storage_class: str) -> None:
+    """A save cancelled by ``asyncio.wait_for`` runs on to its end on its database thread
+    (its caller does not wait for it); a retry with the same ``idempotency_key`` waits for
+    it if need be, stores nothing and returns the conversation with the batch once."""
+    storage = (
+        DjangoChatStorage()
+        if storage_class == "django"
+        else SummarizingChatStorage(DjangoChatStorage(), summarizers.fold, trigger_at=100)
+    )
+
+    async def main() -> None:
+        for i in range(6):
+            await cancelled_then_retried(storage, i, f"batch-{i}")
+
+    try:
+        asyncio.run(main())
+    finally:
+        close_database_threads()
+    assert stored_texts() == [text for i in range(6) for text in (f"q{i}", f"a{i}")]
+    assert IdempotencyKey.objects.count() == 6
+
+
+@pytest.mark.django_db(transaction=True)  # database threads see committed rows only
+def test_without_a_key_a_cancelled_save_lands_and_its_retry_stores_it_again() -> None:
+    """Why the key is needed: the cancelled save is stored after its caller's
+    ``TimeoutError``, so a plain retry stores the batch a second time."""
+    try:
+        asyncio.run(cancelled_then_retried(DjangoChatStorage(), 0, None))
+    finally:
+        close_database_threads()
+    assert stored_texts() == ["q0", "a0", "q0", "a0"]
+
+
+def test_a_keyed_save_replays_its_first_answer_and_refuses_another_body() -> None:
+    storage = DjangoChatStorage()
+    first = storage.save_messages_detailed(
+        "u", "s", "a", batch_of(0), check_role=False, idempotency_key="k"
+    )
+    storage.save_chat_message_sync("u", "s", "a", msg("user", "later"))
+    again = storage.save_messages_detailed(
+        "u", "s", "a", batch_of(0), check_role=False, idempotency_key="k"
+    )
+    assert again.replayed and not first.replayed and again.slot.pk == first.slot.pk
+    assert [r.pk for r in again.rows] == [r.pk for r in first.rows] and not again.skipped
+    conversation = storage.save_chat_messages_sync("u", "s", "a", batch_of(0), idempotency_key="k")
+    assert texts(conversation) == ["q0", "a0", "later"]  # the conversation now, the batch once
+    with pytest.raises(IdempotencyKeyReused):
+        storage.save_chat_messages_sync("u", "s", "a", batch_of(1), idempotency_key="k")
+    with pytest.raises(IdempotencyKeyReused):  # one message with the role rule: another request
+        storage.save_chat_message_sync("u", "s", "a", batch_of(0)[0], idempotency_key="k")
+    assert stored_texts() == ["q0", "a0", "later"]
+
+
+def test_a_skipped_message_is_replayed_as_skipped() -> None:
+    storage = DjangoChatStorage()
+    storage.save_chat_message_sync("u", "s", "a", msg("user", "hi"))
+    for _ in range(2):
+        saved = storage.save_messages_detailed(
+            "u", "s", "a", [msg("user", "again")], check_role=True, idempotency_key="k"
+        )
+        assert saved.skipped and saved.rows == []
+    assert stored_texts() == ["hi"]
+
+
+def test_a_key_is_per_slot_and_never_meets_the_apis(users: Users) -> None:
+    """The storage's keys belong to a slot (owner ``squad_memory.storage:`` and its hash);
+    the API's to an account: the same key string in both, or in two slots, is two saves."""
+    extra("rest_framework", "api")
+    storage = DjangoChatStorage()
+    owner = str(users.owner.pk)
+    assert keyed(client_for(users.owner), "k").status_code == 201
+    storage.save_chat_message_sync(owner, "s1", "a1", msg("assistant", "x"), idempotency_key="k")
+    storage.save_chat_message_sync(owner, "s2", "a1", msg("user", "x"), idempotency_key="k")
+    storage.save_chat_message_sync(owner, "s1", "a2", msg("user", "x"), idempotency_key="k")
+    assert Message.objects.count() == 4
+    owners = sorted(IdempotencyKey.objects.values_list("user", flat=True))
+    assert owners[0] == owner and all(o.startswith(STORAGE_OWNER) for o in owners[1:])
+    assert len(set(owners)) == 4
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, "caf\u00e9", "tab\t", 42])
+def test_a_bad_key_is_refused_before_anything_is_stored(key: Any) -> None:
+    with pytest.raises(InvalidIdempotencyKey, match="printable ASCII"):
+        DjangoChatStorage().save_chat_message_sync(
+            "u", "s", "a", msg("user", "x"), idempotency_key=key
+        )
+    assert not Slot.objects.exists()
+
+
+def test_the_key_is_an_extra_keyword_so_the_chat_storage_contract_is_unchanged() -> None:
+    import inspect
+
+    from agent_squad.storage import ChatStorage
+
+    for name in ("save_chat_message", "save_chat_messages"):
+        ours = inspect.signature(getattr(DjangoChatStorage, name)).parameters
+        theirs = inspect.signature(getattr(ChatStorage, name)).parameters
+        assert list(ours)[: len(theirs)] == list(theirs)
+        extra_key = ours["idempotency_key"]
+        assert extra_key.kind is inspect.Parameter.KEYWORD_ONLY and extra_key.default is None

@@ -10,7 +10,7 @@ import pytest
 from django.test import override_settings
 
 import squad_memory
-from squad_memory.exceptions import InvalidSlotKey
+from squad_memory.exceptions import InvalidSlotKey, LookalikeSlotKey
 from squad_memory.models import Message, Slot
 from squad_memory.operations import transfer
 from squad_memory.rules import id_problem, json_size, validate_key, visible
@@ -18,13 +18,34 @@ from squad_memory.storage import DjangoChatStorage
 from tests.conftest import extra, msg
 
 
-@pytest.mark.parametrize("value", ["a", "ticket-1234", "é/ü 漢字", "x" * 255])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "a",
+        "ticket-1234",
+        "é/ü 漢字",
+        "x" * 255,
+        "Ελληνικά-1",
+        "доклад-2",
+        "東京タワーのひらがな-abc",
+        "한국어-abc",
+        "注音ㄅㄆ-abc",
+        "محمد",
+        "user-\u0645\u062d\u0645\u062f",  # Arabic letters go with Latin ones
+        "\u02bcokina",  # a modifier letter is of no one script
+    ],
+)
 def test_valid_ids(value: str) -> None:
     assert id_problem(value) is None
 
 
 @pytest.mark.parametrize(
-    "value", ["", None, 3, "x" * 256, "nul\x00", "tab\t", "\x85", "\ud800", "a\u202eb", "\u200b"]
+    "value",
+    [
+        *("", None, 3, "x" * 256, "nul\x00", "tab\t", "\x85", "\ud800", "a\u202eb", "\u200b"),
+        "\u0434\u043e\u043a\u043b\u0430\u0434-o",  # a Latin o after Cyrillic letters
+        "\u03b1\u03bb\u03c6\u03b1-\u0430",  # a Cyrillic a after Greek letters
+    ],
 )
 def test_invalid_ids(value: object) -> None:
     assert id_problem(value) is not None
@@ -134,6 +155,11 @@ LOOKALIKE_IDS = {
     "trailing space": ("ticket ", "ticket", "begin or end with a space"),
     "NFD": ("cafe\u0301", "caf\u00e9", "NFC"),
     "NFD in the middle": ("x-\u1100\u1161-y", "x-\uac00-y", "NFC"),
+    "fullwidth": ("\uff54icket", "ticket", "compatibility characters"),
+    "ligature": ("pro\ufb01le", "profile", "compatibility characters"),
+    "superscript": ("ticket\u00b2", "ticket2", "compatibility characters"),
+    "Cyrillic a in Latin": ("p\u0430ypal", "paypal", "mix letters of the Latin, Greek"),
+    "Greek o in Latin": ("g\u03bfogle", "google", "mix letters of the Latin, Greek"),
 }
 
 
@@ -145,9 +171,9 @@ def test_every_entry_point_refuses_ids_that_look_like_another(
     conversation however it is written, and two ids never show alike in the admin."""
     assert id_problem(twin) is None and id_problem(f"a {twin} b") is None
     storage = squad_memory.get_storage()
-    with pytest.raises(InvalidSlotKey, match=words):
+    with pytest.raises(LookalikeSlotKey, match=words):
         storage.save_chat_message_sync("u", value, "a", msg("user", "x"))
-    with pytest.raises(InvalidSlotKey, match=words):
+    with pytest.raises(LookalikeSlotKey, match=words):
         storage.fetch_chat_sync(value, "s", "a")
     line = {"user_id": "u", "session_id": "s", "agent_id": value, "role": "user", "content": "x"}
     report = transfer.validate(StringIO(json.dumps(line) + "\n"))

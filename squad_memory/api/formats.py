@@ -7,6 +7,7 @@ from typing import IO, Any
 
 from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError
+from rest_framework.generics import GenericAPIView
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 
@@ -70,6 +71,23 @@ class _AsciiJSONRenderer(JSONRenderer):
     ensure_ascii = True
 
 
+class BrowsableRenderer(BrowsableAPIRenderer):
+    """DRF's browsable API, drawing a filter form only for a view that has a queryset to
+    filter: a view that builds its rows in ``get`` (sessions, search) has none to give."""
+
+    def get_filter_form(self, data: Any, view: Any, request: Any) -> Any:
+        if not has_queryset(view):
+            return None
+        return super().get_filter_form(data, view, request)
+
+
+def has_queryset(view: Any) -> bool:
+    """Whether ``view.get_queryset()`` answers (a ``queryset`` or its own ``get_queryset``)."""
+    default = GenericAPIView.get_queryset
+    own = getattr(type(view), "get_queryset", default) is not default
+    return getattr(view, "queryset", None) is not None or own
+
+
 #: JSON first: a client sending no ``Accept``, ``*/*`` or ``application/json`` gets JSON; a
 #: browser asking for ``text/html`` gets DRF's browsable API.
-RENDERERS = [SafeJSONRenderer, BrowsableAPIRenderer]
+RENDERERS = [SafeJSONRenderer, BrowsableRenderer]

@@ -13,8 +13,8 @@ from squad_memory.messages import check_storable
 from squad_memory.models import Message, Outcome, Slot, SlotState
 from squad_memory.rules import (
     CONTROL_CHARS,
-    ID_PATTERN,
     ROLES,
+    id_pattern,
     id_problem,
     parts_problems,
     size_problem,
@@ -25,7 +25,9 @@ from squad_memory.search import MAX_QUERY_LENGTH, excerpt
 MAX_DEPTH = 32
 STAFF_ONLY = "Staff only; defaults to the requesting user's."
 #: The OpenAPI schema of an id (the server also applies the live ``MAX_ID_LENGTH``).
-ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": ID_PATTERN}
+ID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": id_pattern()}
+#: The OpenAPI pattern of search words: no control characters (as :class:`QueryField`).
+QUERY_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
 
 
 def check_id(value: str) -> None:
@@ -78,7 +80,7 @@ class IdField(serializers.CharField):
 
 
 @extend_schema_field(
-    {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_LENGTH, "pattern": ID_PATTERN}
+    {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_LENGTH, "pattern": QUERY_PATTERN}
 )
 class QueryField(serializers.CharField):
     """Search words: PostgreSQL takes web-search syntax ("a phrase", or, -word)."""

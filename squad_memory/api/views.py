@@ -75,7 +75,12 @@ SESSION_SLOT_FIELDS = (
 
 
 def query(serializer_class: type[Any], request: Request) -> dict[str, Any]:
-    """Validated query parameters (400 with field errors otherwise)."""
+    """Validated query parameters (400 with field errors otherwise, and for a parameter
+    given more than once: ``?q=a&q=b`` would otherwise mean its last value, silently)."""
+    params = request.query_params
+    if repeated := sorted(name for name, values in params.lists() if len(values) > 1):
+        problem = "Given more than once; send each query parameter once."
+        raise ValidationError({name: [problem] for name in repeated})
     serializer = serializer_class(data=request.query_params.dict())
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)

@@ -30,11 +30,20 @@ class ChatStorageBase(ChatStorage):  # type: ignore[misc]
         agent_id: str,
         new_message: ConversationMessage,
         max_history_size: int | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> list[ConversationMessage]:
-        """:meth:`save_chat_message_sync`, from async code."""
+        """:meth:`save_chat_message_sync`, from async code. Cancelling the call does not
+        cancel a save already running on its database thread (it may still be stored): to
+        retry a cancelled or timed-out save, send it again with the same ``idempotency_key``
+        (``docs/explanation/data-path.md``)."""
         key = validate_key(user_id, session_id, agent_id)
         rows = await self.memory.asave(
-            key, [new_message], check_role=True, max_history_size=max_history_size
+            key,
+            [new_message],
+            check_role=True,
+            max_history_size=max_history_size,
+            idempotency_key=idempotency_key,
         )
         return to_messages(rows)
 
@@ -45,11 +54,18 @@ class ChatStorageBase(ChatStorage):  # type: ignore[misc]
         agent_id: str,
         new_messages: list[ConversationMessage],
         max_history_size: int | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> list[ConversationMessage]:
-        """:meth:`save_chat_messages_sync`, from async code."""
+        """:meth:`save_chat_messages_sync`, from async code (a retry after a cancel: as
+        :meth:`save_chat_message`)."""
         key = validate_key(user_id, session_id, agent_id)
         rows = await self.memory.asave(
-            key, list(new_messages or []), check_role=False, max_history_size=max_history_size
+            key,
+            list(new_messages or []),
+            check_role=False,
+            max_history_size=max_history_size,
+            idempotency_key=idempotency_key,
         )
         return to_messages(rows)
 
@@ -71,11 +87,24 @@ class ChatStorageBase(ChatStorage):  # type: ignore[misc]
         agent_id: str,
         new_message: ConversationMessage,
         max_history_size: int | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> list[ConversationMessage]:
-        """Store a message unless it repeats the last role; return the conversation."""
+        """Store a message unless it repeats the last role; return the conversation.
+
+        ``idempotency_key`` (a new ``str(uuid.uuid4())`` per save, the same for its
+        retries): the save is stored once per key and slot, as the API's
+        ``Idempotency-Key``; a retry with the same message stores nothing and returns the
+        conversation as it is then (which holds the message once); the same key with
+        another message raises :class:`~squad_memory.exceptions.IdempotencyKeyReused`.
+        Keys are kept ``IDEMPOTENCY_TTL`` seconds."""
         key = validate_key(user_id, session_id, agent_id)
         saved = self.memory.save(
-            key, [new_message], check_role=True, max_history_size=max_history_size
+            key,
+            [new_message],
+            check_role=True,
+            max_history_size=max_history_size,
+            idempotency_key=idempotency_key,
         )
         return to_messages(self.memory.answer(saved, key))
 
@@ -86,8 +115,11 @@ class ChatStorageBase(ChatStorage):  # type: ignore[misc]
         agent_id: str,
         new_messages: list[ConversationMessage],
         max_history_size: int | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> list[ConversationMessage]:
-        """Store messages as given (no role rule, as agent-squad); return the conversation."""
+        """Store messages as given (no role rule, as agent-squad); return the conversation.
+        ``idempotency_key``: as :meth:`save_chat_message_sync`'s."""
         saved = self.save_messages_detailed(
             user_id,
             session_id,
@@ -95,6 +127,7 @@ class ChatStorageBase(ChatStorage):  # type: ignore[misc]
             list(new_messages or []),
             check_role=False,
             max_history_size=max_history_size,
+            idempotency_key=idempotency_key,
         )
         return to_messages(self.memory.answer(saved, saved.slot.key))
 
@@ -108,10 +141,13 @@ class ChatStorageBase(ChatStorage):  # type: ignore[misc]
         check_role: bool,
         max_history_size: int | None = None,
         read_view: bool = True,
+        idempotency_key: str | None = None,
     ) -> Saved:
         """Store messages as ``save_chat_message`` (``check_role=True``: one message, the role
         rule) or ``save_chat_messages`` does, and say what was stored (the API's path);
-        ``read_view=False``: the save does not read the conversation for an answer."""
+        ``read_view=False``: the save does not read the conversation for an answer.
+        ``idempotency_key``: as :meth:`save_chat_message_sync`'s; a retry returns the first
+        save's :class:`Saved` (its rows read back, ``replayed=True``)."""
         key = validate_key(user_id, session_id, agent_id)
         return self.memory.save(
             key,
@@ -119,6 +155,7 @@ class ChatStorageBase(ChatStorage):  # type: ignore[misc]
             check_role=check_role,
             max_history_size=max_history_size,
             read_view=read_view,
+            idempotency_key=idempotency_key,
         )
 
     def fetch_chat_sync(

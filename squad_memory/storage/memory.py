@@ -36,6 +36,13 @@ from squad_memory.models import (
     SlotKey,
     SlotQuerySet,
 )
+from squad_memory.models.idempotency import (
+    Answer,
+    check_key,
+    once,
+    request_hash,
+    storage_owner,
+)
 from squad_memory.rules import count_all, needs_compression
 from squad_memory.threads import database, for_slot, unrepeatable
 
@@ -198,6 +205,8 @@ class Saved:
     inner: Any = None
     #: A compression the save claimed and left to its async caller to run.
     claimed: Claim | None = None
+    #: A retry with an idempotency key: the first save's rows, nothing stored this time.
+    replayed: bool = False
 
     @property
     def slot(self) -> Slot:
@@ -210,6 +219,18 @@ class Saved:
     @property
     def skipped(self) -> bool:
         return self.appended.skipped
+
+
+def _answer_of(saved: Saved) -> Answer:
+    """What a keyed save keeps for its retries: the slot and the sequence numbers of the
+    rows it stored (a few numbers, never the conversation)."""
+    slot, rows = saved.slot.pk, saved.rows
+    seqs = [rows[0].seq, rows[-1].seq] if rows else []
+    return Answer(
+        200 if saved.skipped else 201,
+        {"slot": slot, "seqs": seqs, "skipped": saved.skipped},
+        slot=slot,
+    )
 
 
 class Memory:
@@ -235,16 +256,44 @@ class Memory:
         max_history_size: int | None,
         compress: bool = True,
         read_view: bool = True,
+        idempotency_key: str | None = None,
     ) -> Saved:
         """Store messages (``check_role``: the role rule of ``save_chat_message``), then
         start the compression they made due, if any (``compress=False``: outside a
         transaction, leave it claimed in ``Saved.claimed``, for an async caller;
         ``read_view``: the save also reads the rows :meth:`answer` returns).
+        ``idempotency_key``: store once per key and slot (:meth:`_store_once`).
 
         Raises :class:`SummarizerError` after storing when that compression failed and
         the policy says ``on_error="raise"``.
         """
         dicts = to_dicts(messages)
+        if idempotency_key is None:
+            saved = self._store(key, messages, dicts, check_role, max_history_size, read_view)
+        else:
+            saved = self._store_once(
+                idempotency_key, key, messages, dicts, check_role, max_history_size, read_view
+            )
+        if saved.replayed:
+            return saved  # the first save started what it made due
+        policy, dispatcher, appended = self.policy, self.dispatcher, saved.appended
+        if policy and dispatcher and appended.rows and due(appended.slot, policy.limits):
+            lease = dispatcher.claim_lease_seconds
+            claimed = claim(appended.slot.pk, policy.limits, lease_seconds=lease, run_now=True)
+            if claimed is not None:
+                saved.compression, saved.claimed = self._start(claimed, "save", compress)
+        return saved
+
+    def _store(
+        self,
+        key: SlotKey,
+        messages: list[Any],
+        dicts: list[MessageDict],
+        check_role: bool,
+        max_history_size: int | None,
+        read_view: bool,
+    ) -> Saved:
+        """The store of :meth:`save`: the journal's, then squad_memory's rows and counters."""
         foreign = dicts and not self.journal.rows_while_inactive  # the store and rows in step
         with _locked_slot(key, self.namespace) if foreign else nullcontext():
             inner = (
@@ -260,22 +309,76 @@ class Memory:
                 view=None if not read_view else "visible" if self.policy is None else "buffer",
                 newest=self._newest(),
             )
-        saved = Saved(appended, inner=inner)
-        policy, dispatcher = self.policy, self.dispatcher
-        if policy and dispatcher and appended.rows and due(appended.slot, policy.limits):
-            lease = dispatcher.claim_lease_seconds
-            claimed = claim(appended.slot.pk, policy.limits, lease_seconds=lease, run_now=True)
-            if claimed is not None:
-                saved.compression, saved.claimed = self._start(claimed, "save", compress)
-        return saved
+        return Saved(appended, inner=inner)
+
+    def _store_once(
+        self,
+        idempotency_key: str,
+        key: SlotKey,
+        messages: list[Any],
+        dicts: list[MessageDict],
+        check_role: bool,
+        max_history_size: int | None,
+        read_view: bool,
+    ) -> Saved:
+        """:meth:`_store` once per key and slot, as the API's ``Idempotency-Key`` (the key,
+        the messages and the save's answer committed together): a retry with the same
+        messages stores nothing and gets the first save's rows; with others,
+        :class:`IdempotencyKeyReused`."""
+        check_key(idempotency_key)
+        kind = "save_chat_message" if check_role else "save_chat_messages"
+        body = {"messages": dicts, "max_history_size": max_history_size}
+        digest = request_hash(kind, self.namespace, body)
+        stored: list[Saved] = []
+
+        def write() -> Answer:
+            stored.append(
+                self._store(key, messages, dicts, check_role, max_history_size, read_view)
+            )
+            return _answer_of(stored[0])
+
+        owner = storage_owner(self.namespace, key)
+        answer = once(owner, idempotency_key, digest, write)
+        return self._replayed(key, answer.body) if answer.replayed else stored[0]
+
+    def _replayed(self, key: SlotKey, body: Mapping[str, Any]) -> Saved:
+        """The first save's :class:`Saved` again, from its stored answer (its rows read back;
+        none of a foreign store's inactive slot, whose rows the store keeps)."""
+        slot = _slots().filter(pk=body["slot"]).first() if body["slot"] is not None else None
+        if slot is None:  # an empty batch made no slot
+            user_id, session_id, agent_id = key
+            slot = Slot(
+                namespace=self.namespace,
+                user_id=user_id,
+                session_id=session_id,
+                agent_id=agent_id,
+            )
+        first, last = body["seqs"] or (0, -1)
+        rows = Message.objects.using(Slot.objects.write_db()).filter(
+            slot_id=slot.pk, seq__gte=first, seq__lte=last
+        )
+        appended = Appended(slot, list(rows.order_by("seq")), skipped=body["skipped"])
+        return Saved(appended, replayed=True)
 
     async def asave(
-        self, key: SlotKey, messages: list[Any], *, check_role: bool, max_history_size: int | None
+        self,
+        key: SlotKey,
+        messages: list[Any],
+        *,
+        check_role: bool,
+        max_history_size: int | None,
+        idempotency_key: str | None = None,
     ) -> Rows:
         """:meth:`save` and :meth:`answer` for an async caller: the statements on a database
         thread, a compression the save made due in this loop (see ``squad_memory.threads``)."""
         saved, rows = await for_slot(
-            key, self._save_and_answer, key, messages, check_role, max_history_size
+            key,
+            self._save_and_answer,
+            key,
+            messages,
+            check_role,
+            max_history_size,
+            idempotency_key,
         )
         if saved.claimed is not None:
             saved.compression = await self._arun(saved.claimed, "save")
@@ -284,10 +387,20 @@ class Memory:
         return rows
 
     def _save_and_answer(
-        self, key: SlotKey, messages: list[Any], check_role: bool, size: int | None
+        self,
+        key: SlotKey,
+        messages: list[Any],
+        check_role: bool,
+        size: int | None,
+        idempotency_key: str | None = None,
     ) -> tuple[Saved, Rows | None]:
         saved = self.save(
-            key, messages, check_role=check_role, max_history_size=size, compress=False
+            key,
+            messages,
+            check_role=check_role,
+            max_history_size=size,
+            compress=False,
+            idempotency_key=idempotency_key,
         )
         return saved, None if saved.claimed is not None else self.answer(saved, key)
 
