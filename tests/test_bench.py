@@ -198,6 +198,7 @@ def test_the_scale_loader_stores_what_the_saves_would(scale_loaded: Any) -> None
         names = {name for (name,) in cursor.fetchall()}
     assert {"squad_memory_message_seq", "squad_memory_message_text_fts"} <= names
     assert {"squad_memory_message_ts", "squad_memory_comp_slot"} <= names
+    assert {"squad_memory_slot_activity", "squad_memory_comp_started"} <= names
 
 
 ENSURE = """
