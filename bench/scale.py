@@ -408,9 +408,10 @@ def marker(shape: Shape) -> str:
     return "bench.scale " + json.dumps(asdict(shape))
 
 
-def ensure(shape: Shape) -> dict[str, Any] | None:
+def ensure(shape: Shape) -> dict[str, Any]:
     """The database of Django's default connection built to ``shape``, unless a complete
-    one is there already (None then); the build's seconds."""
+    one is there already: the build's seconds, or (there already) the migrations applied
+    to it since and their seconds."""
     from django.core.management import call_command
     from django.db import OperationalError, connection
 
@@ -425,7 +426,7 @@ def ensure(shape: Shape) -> dict[str, Any] | None:
     except OperationalError:
         found = None  # no such database yet
     if found == marker(shape):
-        return None
+        return migrate()
     if found and found.startswith("bench.scale "):  # others may be reading it
         raise SystemExit(f"{name} holds another shape ({found}); drop it or pick another name.")
     connection.close()
@@ -439,6 +440,32 @@ def ensure(shape: Shape) -> dict[str, Any] | None:
     with connection.cursor() as cursor:
         cursor.execute(f'COMMENT ON DATABASE "{name}" IS %s', [marker(shape)])
     return {"seconds": time.perf_counter() - started, "cumulative": times}
+
+
+def migrate() -> dict[str, Any]:
+    """Apply the migrations added since the database was built (a concurrent index build on
+    the big database takes a minute; readers go on meanwhile); their names and seconds."""
+    from django.core.management import call_command
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    started = time.perf_counter()
+    call_command("migrate", verbosity=0, interactive=False)
+    applied = [f"{m.app_label}.{m.name}" for m, _ in pending]
+    return {"migrated": applied, "seconds": time.perf_counter() - started}
+
+
+def built(build: dict[str, Any] | None) -> str:
+    """What :func:`ensure` did, in words."""
+    if not build:
+        return "there already"
+    if "migrated" not in build:
+        return f"built in {build['seconds']:.0f} s"
+    if not build["migrated"]:
+        return "there already, its migrations up to date"
+    return f"there already, migrated ({', '.join(build['migrated'])}) in {build['seconds']:.0f} s"
 
 
 # -- the measures ------------------------------------------------------------------------
@@ -551,8 +578,8 @@ def measure(shape: Shape, runs: int = RUNS) -> dict[str, dict[str, Any]]:
 
 
 def one(messages: int, out: Path) -> None:
-    """In this process, on the database of ``DATABASE_URL``: build it unless it is there,
-    then mark it ready (``/tmp/<name>.ready``) and measure."""
+    """In this process, on the database of ``DATABASE_URL``: build it unless it is there
+    (migrate it then), then mark it ready (``/tmp/<name>.ready``) and measure."""
     import django
     from django.contrib.auth.signals import user_logged_in
     from django.db import connection
@@ -565,9 +592,10 @@ def one(messages: int, out: Path) -> None:
     override_settings(SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies").enable()
     user_logged_in.disconnect(dispatch_uid="update_last_login")
     shape = Shape.of(messages)
-    built = ensure(shape)
+    build = ensure(shape)
+    print(f"  {connection.settings_dict['NAME']}: {built(build)}", flush=True)
     Path(tempfile.gettempdir(), f"{connection.settings_dict['NAME']}.ready").touch()
-    found = {"shape": asdict(shape), "build": built, "calls": measure(shape)}
+    found = {"shape": asdict(shape), "build": build, "calls": measure(shape)}
     found["deep_page"] = targets(shape)["deep_page"]
     out.write_text(json.dumps(found, indent=1))
 
@@ -599,9 +627,8 @@ def page(r: dict[str, Any]) -> str:
     from bench.report import table
 
     small, big = r["small"], r["big"]
-    built = [
-        f"{name} database ({v['shape']['messages']:,} messages): "
-        + (f"built in {v['build']['seconds']:.0f} s" if v["build"] else "there already")
+    builds = [
+        f"{name} database ({v['shape']['messages']:,} messages): {built(v['build'])}"
         for name, v in r.items()
         if name in ("small", "big")
     ]
@@ -616,7 +643,7 @@ def page(r: dict[str, Any]) -> str:
             "signed cookie (no session row to read). Goals: at most "
             f"{LIMIT_MS:.0f} ms on the big database and at most {LIMIT_RATIO:g}x the small "
             f"one's. Deep page: {small['deep_page']:,} (small), {big['deep_page']:,} (big).",
-            "; ".join(built) + ".",
+            "; ".join(builds) + ".",
             table(r["rows"]),
             f"Goals met: {sum(row['goal'] == 'met' for row in r['rows'])} of {len(r['rows'])}.",
         ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -174,6 +175,52 @@ def test_the_compression_logs_dates_link_every_year_between_the_first_and_last(
     assert titles == ["2022", "2023", "2024", "2025"]
     assert 'href="?started_at__year=2023"' in response.content.decode()
     assert_bounded(response.statements, BoundedPaginator.limit)
+
+
+@pytest.mark.postgres
+def test_the_compression_logs_first_page_and_dates_read_the_start_index(
+    admin_client: Client, count_queries: Any
+) -> None:
+    """Newest first through the (started_at, id) index, not a sort of the whole log; the
+    drill-down's Min/Max read its two ends."""
+    slots = [make_slot(0, user=f"u{n}") for n in range(20)]
+    at = timezone.make_aware(datetime(2025, 6, 1, 12))
+    Compression.objects.bulk_create(
+        Compression(
+            slot=slots[n % 20],
+            started_at=at - timedelta(minutes=n),
+            finished_at=at,
+            duration_ms=2,
+            from_seq=1,
+            to_seq=4,
+            summarizer="tests.summarize",
+            outcome="applied",
+        )
+        for n in range(5_000)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE squad_memory_compression")
+        response = statements_of(admin_client, "compression", count_queries)
+        assert len(response.context["cl"].result_list) == 100
+        plans = {}
+        for sql in response.statements:
+            if "squad_memory_compression" in sql and kind(sql) in ("page", "dates"):
+                cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+                plans[kind(sql)] = cursor.fetchone()[0][0]["Plan"]
+    assert set(plans) == {"page", "dates"}, response.statements
+    for name, plan in plans.items():
+        log = [n for n in nodes(plan) if n.get("Relation Name") == "squad_memory_compression"]
+        assert log and all(n.get("Index Name") == "squad_memory_comp_started" for n in log), plan
+        assert all(n["Node Type"] != "Sort" for n in nodes(plan)), (name, plan)
+    [scan] = [n for n in nodes(plans["page"]) if n.get("Index Name") == "squad_memory_comp_started"]
+    assert scan["Scan Direction"] == "Backward", plans["page"]
+
+
+def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A plan's nodes (EXPLAIN's JSON), depth first."""
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
 
 
 # -- slots -------------------------------------------------------------------------------------

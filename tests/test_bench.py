@@ -198,6 +198,53 @@ def test_the_scale_loader_stores_what_the_saves_would(scale_loaded: Any) -> None
         names = {name for (name,) in cursor.fetchall()}
     assert {"squad_memory_message_seq", "squad_memory_message_text_fts"} <= names
     assert {"squad_memory_message_ts", "squad_memory_comp_slot"} <= names
+    assert {"squad_memory_slot_activity", "squad_memory_comp_started"} <= names
+
+
+ENSURE = """
+import json, django
+django.setup()
+from django.core.management import call_command
+from django.db import connection
+from bench.scale import Shape, ensure
+shape, found = Shape.of(400), {}
+found["first"] = ensure(shape)
+call_command("migrate", "squad_memory", "0009", verbosity=0)  # as if built before 0010
+found["second"], found["third"] = ensure(shape), ensure(shape)
+with connection.cursor() as cursor:
+    cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename LIKE 'squad_memory_%'")
+    found["indexes"] = sorted(name for (name,) in cursor.fetchall())
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.own_database
+def test_a_scale_database_there_already_is_migrated_not_built_again() -> None:
+    """A database built before a migration gets it (the scale run measures today's schema)."""
+    import psycopg
+
+    from bench.scale import built
+
+    missing = services_missing()
+    require(missing is None, f"the benchmark needs PostgreSQL and Redis: {missing}")
+    server, name = BENCH_DATABASE_URL.rsplit("/", 1)
+    name += "_scale"
+    env = dict(os.environ, DATABASE_URL=f"{server}/{name}", DJANGO_SETTINGS_MODULE="bench.settings")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", ENSURE], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert "cumulative" in found["first"] and built(found["first"]).startswith("built in ")
+    assert found["second"]["migrated"][0] == "squad_memory.0010_compression_started_index"
+    assert "squad_memory_comp_started" in found["indexes"]
+    assert "0010_compression_started_index" in built(found["second"])
+    assert found["third"]["migrated"] == []
+    assert built(found["third"]) == "there already, its migrations up to date"
 
 
 @pytest.mark.postgres

@@ -111,15 +111,41 @@ def test_migrations_are_complete() -> None:
     call_command("makemigrations", "squad_memory", "--check", "--dry-run", stdout=out)
 
 
+#: The migrations that index a big table, and their index.
+BIG_TABLE_INDEXES = [("0009", "squad_memory_slot_activity"), ("0010", "squad_memory_comp_started")]
+
+
 @pytest.mark.django_db
 @pytest.mark.postgres
-def test_the_activity_index_is_built_concurrently_on_postgres() -> None:
-    """A big slot table keeps taking writes while the index builds on PostgreSQL (the other
+@pytest.mark.parametrize(("migration", "index"), BIG_TABLE_INDEXES)
+def test_the_later_indexes_are_built_concurrently_on_postgres(migration: str, index: str) -> None:
+    """A big table keeps taking writes while its index builds on PostgreSQL (the other
     databases build it plainly: every test database migrates through it)."""
+    from django.db.migrations.loader import MigrationLoader
+
     out = StringIO()
-    call_command("sqlmigrate", "squad_memory", "0009", stdout=out)
+    call_command("sqlmigrate", "squad_memory", migration, stdout=out)
     assert "CREATE INDEX CONCURRENTLY" in out.getvalue(), out.getvalue()
-    assert "squad_memory_slot_activity" in out.getvalue()
+    assert index in out.getvalue()
+    back = StringIO()
+    call_command("sqlmigrate", "squad_memory", migration, "--backwards", stdout=back)
+    assert f'DROP INDEX CONCURRENTLY IF EXISTS "{index}"' in back.getvalue(), back.getvalue()
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    assert not loader.get_migration_by_prefix("squad_memory", migration).atomic
+
+
+@pytest.mark.django_db(transaction=True)  # SQLite's schema editor runs outside a transaction
+def test_the_later_indexes_are_plain_indexes_elsewhere() -> None:
+    """Off PostgreSQL the same migrations build the same indexes in a plain statement."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        pytest.skip("PostgreSQL builds them concurrently (the test above)")
+    for migration, index in BIG_TABLE_INDEXES:
+        out = StringIO()
+        call_command("sqlmigrate", "squad_memory", migration, stdout=out)
+        assert "CREATE INDEX" in out.getvalue() and "CONCURRENTLY" not in out.getvalue()
+        assert index in out.getvalue(), out.getvalue()
 
 
 def test_a_warning_where_nothing_schedules_the_sweep() -> None:

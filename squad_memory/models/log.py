@@ -79,6 +79,8 @@ class Compression(models.Model):
         indexes = [
             models.Index(fields=["slot", "started_at"], name="squad_memory_comp_slot"),
             models.Index(fields=["outcome"], name="squad_memory_comp_outcome"),
+            # The admin's log lists newest first and drills down from its first and last day.
+            models.Index(fields=["started_at", "id"], name="squad_memory_comp_started"),
         ]
 
     def __str__(self) -> str:
