@@ -7,13 +7,14 @@ word must occur, case-insensitively.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from django.db import OperationalError, connections, transaction
-from django.db.models import BooleanField, F, Func, Q, QuerySet, Value
+from django.db.models import BooleanField, F, Func, Q, QuerySet, Subquery, Value
 from django.utils.html import escape
 
 from squad_memory.conf import app_settings
@@ -37,8 +38,20 @@ TSVECTOR = "to_tsvector('simple', translate({column}, '<>', '  '))"
 #: it would rather read a small-looking table row by row, parsing every row's text
 #: (milliseconds each for long messages), than read the GIN index. While a search runs,
 #: an operator costs 1 (a function such as ``to_tsvector`` costs 100 of them): a page
-#: read, not a rounding error, so the index answers rare and absent words in every query.
-PLANNER_SETTINGS = {"cpu_operator_cost": "1"}
+#: read, not a rounding error. Costs that high also make every statement look worth
+#: compiling (``jit_above_cost``: 100-230 ms a statement) and worth parallel workers
+#: (starting them takes longer than an index lookup): neither, for a search.
+PLANNER_SETTINGS = {
+    "cpu_operator_cost": "1",
+    "jit": "off",
+    "max_parallel_workers_per_gather": "0",
+}
+
+#: The share of a table's rows PostgreSQL's planner assumes a word outside its statistics
+#: matches (``DEFAULT_TS_MATCH_SEL``; less if the rarest word its statistics keep is rarer):
+#: a query it estimates at no more than this share of the rows, per ``or`` alternative, is
+#: one it knows nothing common in, and is looked up in the index (:func:`found`).
+RARE_SHARE = 0.005
 
 
 #: PostgreSQL's SQLSTATE of a statement cancelled by ``statement_timeout``.
@@ -108,6 +121,67 @@ def matching(messages: QuerySet[Message], query: str) -> QuerySet[Message]:
     if not (words := terms(query)):
         return messages.none()
     return messages.filter(*(Q(text__icontains=word) for word in words))
+
+
+class Among(Func):
+    """PostgreSQL: ``column = ANY(ARRAY(subquery))``. The subquery runs once, before the rest
+    (an init plan the planner cannot fold into the query around it), and what it returns is
+    a list of values: the query around it can only look them up, never walk an index of
+    its own past rows that are not in it."""
+
+    output_field = BooleanField()
+
+    def as_sql(self, compiler: Any, connection: Any, *args: Any, **kwargs: Any) -> Any:
+        column, column_params = compiler.compile(self.source_expressions[0])
+        rows, rows_params = compiler.compile(self.source_expressions[1])
+        return f"{column} = ANY(ARRAY{rows})", (*column_params, *rows_params)
+
+
+def estimated_rows(rows: QuerySet[Any]) -> float:
+    """The rows the planner expects ``rows`` to return (PostgreSQL; it reads none)."""
+    plan = json.loads(rows.explain(format="json"))
+    return float(plan[0]["Plan"]["Plan Rows"])
+
+
+def every(messages: QuerySet[Message]) -> QuerySet[Message]:
+    """Every message of the database ``messages`` reads, whoever's, in no order."""
+    return messages.model._default_manager.using(messages.db).order_by()
+
+
+def is_rare(messages: QuerySet[Message], query: str) -> bool:
+    """Whether the planner counts the messages matching ``query`` (in the whole table,
+    whoever's) as few: no more than :data:`RARE_SHARE` of the table per ``or`` alternative,
+    as it counts every word outside its statistics. Only a query its statistics know to be
+    common is not. Off PostgreSQL, False. Two ``EXPLAIN``, no row read."""
+    if connections[messages.db].vendor != "postgresql":
+        return False
+    table = every(messages)
+    alternatives = 1 + sum(word.lower() == "or" for word in query.split())
+    bound = RARE_SHARE * alternatives * estimated_rows(table)
+    return estimated_rows(matching(table, query)) <= bound + 1
+
+
+def indexed(messages: QuerySet[Message], query: str) -> QuerySet[Message]:
+    """PostgreSQL: the messages of ``messages`` among those the full-text index gives for
+    ``query`` (every match in the table, looked up first: :class:`Among`)."""
+    ids = matching(every(messages), query).values("pk")
+    return messages.filter(Among(F("pk"), Subquery(ids)))
+
+
+def found(messages: QuerySet[Message], query: str) -> QuerySet[Message]:
+    """:func:`matching`, for a search across slots that reads the messages in an order of
+    its own (newest first) and stops at a page; run it inside :func:`searching`.
+
+    A plan that walks the newest messages and parses each until the page is full is the
+    fastest for a common word and the slowest there is for a rare one (every message of the
+    table), and the planner cannot tell a rare word from one it has no statistics for: it
+    counts both as :data:`RARE_SHARE` of the rows, so at a few million it picks the walk.
+    On PostgreSQL a query :func:`is_rare` finds every match in the full-text index first
+    (:func:`indexed`); the page is then the newest of those. A common word stays the
+    planner's to plan."""
+    if is_rare(messages, query):
+        return indexed(messages, query)
+    return matching(messages, query)
 
 
 def excerpt(text: str, query: str, width: int = EXCERPT_CHARS) -> str:

@@ -1,5 +1,6 @@
-"""What the search tests of the API and of the admin share: histories of long messages,
-the plans of the searches a request runs, and a message table locked by another session."""
+"""What the search tests of the API and of the admin share: histories of long messages, a
+table the planner believes huge, the plans of the searches a request runs, and a message
+table locked by another session."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 from django.db import connection, connections
 
 import squad_memory
-from squad_memory.models import Slot
+from squad_memory.models import Message, Slot
 
 
 def say(user_id: str, session: str, agent: str, *texts: str) -> None:
@@ -44,6 +45,30 @@ def long_histories(user_id: str) -> Slot:
         cursor.execute("ANALYZE squad_memory_message")
         cursor.execute("ANALYZE squad_memory_slot")
     return Slot.objects.get(user_id=user_id, session_id="s1")
+
+
+def millions_planned(user_id: str) -> None:
+    """Messages as the planner sees a table of millions: 2,000 short ones (slots s0 to s19
+    of ``user_id``, 100 each) of a few words, each of them common in the statistics ANALYZE
+    keeps ("common" is in all), and the table's row count in ``pg_class`` raised to
+    3,000,000 (rolled back with the test). A word outside those statistics is then
+    estimated at 0.5% of the rows, the estimate at which, at that size, a plan that walks
+    the newest messages looks cheaper than the full-text index. Then, unknown to the
+    statistics, "rareword" in two messages of a slot "rare" (seq 1 and 3; seq 2 is
+    "common"), the newest of the table."""
+    rng = random.Random(11)
+    words = [f"w{i}" for i in range(60)]
+    for slot in range(20):
+        texts = [" ".join(["common", *rng.choices(words, k=5)]) for _ in range(100)]
+        say(user_id, f"s{slot}", "a1", *texts)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Message._meta.db_table}")
+        cursor.execute(f"ANALYZE {Slot._meta.db_table}")
+        cursor.execute(
+            "UPDATE pg_class SET reltuples = 3000000 WHERE oid = %s::regclass",
+            [Message._meta.db_table],
+        )
+    say(user_id, "rare", "a1", "common rareword", "common", "common rareword")
 
 
 def plans_of_searches(request: Callable[[], Any]) -> list[str]:

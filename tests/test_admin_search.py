@@ -10,12 +10,15 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from squad_memory.admin.slots import SlotAdmin
 from squad_memory.models import Slot
 from squad_memory.search import TextMatch
-from tests.search_support import long_histories, plans_of_searches
+from tests.search_support import long_histories, millions_planned, plans_of_searches
 
 pytestmark = pytest.mark.django_db
 
@@ -48,6 +51,42 @@ def test_slot_list_searches_message_text(admin_client: Client) -> None:
     by_id = slot_with("volcanoes-fan", "hello")
     page = admin_client.get(reverse("admin:squad_memory_slot_changelist"), {"q": "volcanoes"})
     assert set(page.context["cl"].result_list) == {found, by_id}
+
+
+def test_slot_list_finds_the_slots_searched_by_text_once(admin_client: Client) -> None:
+    """The slots whose messages match are found by one statement, whatever their number;
+    the list's count and page read slots by id, and there is no count of every slot and
+    no date hierarchy (each would have run the text match again)."""
+    changelist = reverse("admin:squad_memory_slot_changelist")
+
+    def statements(matching: int) -> list[str]:
+        for i in range(matching):
+            slot_with(f"user-{matching}-{i}", "talk about volcanoes")
+        with CaptureQueriesContext(connection) as queries:
+            page = admin_client.get(changelist, {"q": "volcanoes"})
+        assert page.context["cl"].result_count == Slot.objects.count()
+        return [query["sql"] for query in queries]
+
+    few, more = statements(2), statements(60)  # 62 found: two pages
+    assert len(few) == len(more)
+    read_messages = [sql for sql in more if '"squad_memory_message"' in sql]
+    assert len([sql for sql in read_messages if not sql.startswith("EXPLAIN")]) == 1
+    assert len([sql for sql in more if "COUNT(" in sql]) == 1  # the page's, of the slots found
+    assert 'MIN("squad_memory_slot"."updated_at")' not in "\n".join(more)  # date hierarchy
+
+
+def test_slot_list_search_by_text_is_bounded_and_says_so(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(SlotAdmin, "text_search_slot_limit", 2)
+    slots = [slot_with(f"user-{i}", "talk about volcanoes") for i in range(4)]
+    page = admin_client.get(reverse("admin:squad_memory_slot_changelist"), {"q": "volcanoes"})
+    assert set(page.context["cl"].result_list) == set(slots[2:])  # the newest found
+    shown = [str(message) for message in get_messages(page.wsgi_request)]
+    assert shown == [
+        "More than 2 slots have messages matching the search; the list shows 2 of them "
+        "(the newest found). Search for rarer words to narrow it."
+    ]
 
 
 @pytest.mark.parametrize(
@@ -85,6 +124,19 @@ def test_every_search_the_admin_sends_is_answered_by_the_full_text_index(
         assert plans, name
         for plan in plans:
             assert "squad_memory_message_text_fts" in plan, (name, plan)
+
+
+@pytest.mark.postgres
+def test_slot_list_finds_a_word_outside_the_statistics_through_the_index_at_millions(
+    admin_client: Client,
+) -> None:
+    millions_planned("u-many")
+    changelist = reverse("admin:squad_memory_slot_changelist")
+    for word in ("absentword", "rareword"):
+        plans = plans_of_searches(lambda q=word: admin_client.get(changelist, {"q": q}))
+        assert len(plans) == 1 and "squad_memory_message_text_fts" in plans[0], plans
+    page = admin_client.get(changelist, {"q": "rareword"})
+    assert [slot.session_id for slot in page.context["cl"].result_list] == ["rare"]
 
 
 @pytest.fixture

@@ -10,7 +10,12 @@ from squad_memory.models import Slot
 from tests import search_support
 from tests.api_support import Users, client_for, fill, make_user
 from tests.conftest import extra
-from tests.search_support import long_histories, messages_locked, plans_of_searches
+from tests.search_support import (
+    long_histories,
+    messages_locked,
+    millions_planned,
+    plans_of_searches,
+)
 
 extra("rest_framework", "api")  # every test here talks to the REST API
 
@@ -154,3 +159,43 @@ def test_every_search_the_api_sends_is_answered_by_the_full_text_index(
         plans = plans_of_searches(request)
         assert len(plans) == 1, (name, plans)
         assert "squad_memory_message_text_fts" in plans[0], (name, plans[0])
+
+
+@pytest.mark.postgres
+def test_a_word_outside_the_statistics_is_found_through_the_index_at_millions_of_rows(
+    users: Users,
+) -> None:
+    """At millions of rows (as the planner sees them) it estimates a word it has no
+    statistics for at 0.5% of them, and would walk the newest messages parsing each: all of
+    them, for an absent word. Every match is looked up in the full-text index first, for
+    everyone's messages and for one user's, and the pages stay newest first."""
+    millions_planned(str(users.owner.pk))
+    staff, owner = client_for(users.staff), client_for(users.owner)
+    one_user = f"&user_id={users.owner.pk}"
+    requests = {
+        "everyone, absent word": lambda: staff.get("/api/search/?q=absentword"),
+        "everyone, rare word": lambda: staff.get("/api/search/?q=rareword"),
+        "one user, absent word": lambda: staff.get("/api/search/?q=absentword" + one_user),
+        "own, rare word": lambda: owner.get("/api/search/?q=rareword"),
+    }
+    for name, request in requests.items():
+        plans = plans_of_searches(request)
+        assert len(plans) == 1, (name, plans)
+        assert "squad_memory_message_text_fts" in plans[0], (name, plans[0])
+    first = staff.get("/api/search/?q=rareword&page_size=1").json()
+    assert [(hit["session_id"], hit["seq"]) for hit in first["results"]] == [("rare", 3)]
+    second = staff.get(first["next"]).json()
+    assert [hit["seq"] for hit in second["results"]] == [1] and second["next"] is None
+    assert [hit["seq"] for hit in staff.get(second["previous"]).json()["results"]] == [3]
+
+
+@pytest.mark.postgres
+def test_a_common_word_is_found_by_reading_the_newest_messages(users: Users) -> None:
+    millions_planned(str(users.owner.pk))
+    staff = client_for(users.staff)
+    (plan,) = plans_of_searches(lambda: staff.get("/api/search/?q=common&page_size=5"))
+    assert "ANY" not in plan  # not every match of a word in every message
+    body = staff.get("/api/search/?q=common&page_size=5").json()
+    newest = [(hit["session_id"], hit["seq"]) for hit in body["results"]]
+    assert newest == [("rare", 3), ("rare", 2), ("rare", 1), ("s19", 100), ("s19", 99)]
+    assert body["next"]

@@ -8,10 +8,12 @@ import pytest
 from django.db import connection, transaction
 
 import squad_memory
+from squad_memory import search
 from squad_memory.messages import extract_text
 from squad_memory.models import Message, Slot
 from squad_memory.search import excerpt, matching, searching, terms
 from tests.conftest import msg
+from tests.search_support import millions_planned
 
 pytestmark = [pytest.mark.django_db, pytest.mark.prepared]
 
@@ -101,8 +103,6 @@ def test_terms_follow_the_web_search_syntax() -> None:
 def test_the_query_matches_the_indexed_expression() -> None:
     from importlib import import_module
 
-    from squad_memory import search
-
     migration = import_module("squad_memory.migrations.0003_message_text")
     assert migration.TSVECTOR == search.TSVECTOR
 
@@ -112,15 +112,56 @@ def test_a_search_inside_a_transaction_leaves_its_settings_behind_it() -> None:
     """Inside a caller's transaction (the admin's slot page, ATOMIC_REQUESTS) a search is a
     savepoint; its planner setting and statement_timeout leave with it."""
 
-    def settings() -> tuple[str, str]:
+    def settings() -> tuple[str, ...]:
+        names = ["statement_timeout", "cpu_operator_cost", "jit", "max_parallel_workers_per_gather"]
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT current_setting('statement_timeout'), current_setting('cpu_operator_cost')"
-            )
-            return cursor.fetchone()
+            cursor.execute(f"SELECT {', '.join(['current_setting(%s)'] * len(names))}", names)
+            return tuple(cursor.fetchone())
 
     with transaction.atomic():
         before = settings()
         with searching(connection.alias):
-            assert settings() == ("5s", "1")
+            # No JIT and no parallel workers: a search's costs, raised by the planner
+            # setting, would otherwise pay for both on every statement.
+            assert settings() == ("5s", "1", "off", "0")
         assert settings() == before
+
+
+def plan(rows: Any) -> str:
+    with connection.cursor() as cursor:
+        sql, params = rows.query.sql_with_params()
+        cursor.execute("EXPLAIN " + sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+@pytest.mark.postgres
+def test_a_search_across_slots_finds_a_word_outside_the_statistics_through_the_index() -> None:
+    """At millions of rows the planner estimates a word it has no statistics for at 0.5% of
+    them, and would walk the newest messages parsing each (all of them, for an absent
+    word); search.found() looks every match up in the index first, then pages through those."""
+    millions_planned("u")
+    newest_first = Message.objects.filter(slot__namespace="").order_by("-id")
+    with searching(connection.alias):
+        assert search.is_rare(Message.objects.all(), "absentword")
+        assert search.is_rare(Message.objects.all(), "rareword or absentword")
+        for rows in (newest_first, newest_first.filter(slot__user_id="u")):
+            for query in ("absentword", "rareword"):
+                assert "squad_memory_message_text_fts" in plan(search.found(rows, query)[:51])
+        hits = search.found(newest_first, "rareword").values_list("id", "slot__session_id", "seq")
+        assert [hit[1:] for hit in hits] == [("rare", 3), ("rare", 1)]
+        older = search.found(newest_first.filter(id__lt=hits[0][0]), "rareword")  # next page
+        assert list(older.values_list("seq", flat=True)) == [1]
+
+
+@pytest.mark.postgres
+def test_a_common_word_is_left_to_the_planner() -> None:
+    """A word the statistics know to be in most messages is found by reading the newest
+    rows until a page is full: no lookup of its every match."""
+    millions_planned("u")
+    rows = Message.objects.order_by("-id")
+    with searching(connection.alias):
+        assert not search.is_rare(Message.objects.all(), "common")
+        common = search.found(rows, "common")[:51]
+        assert "ANY(ARRAY" not in str(common.query)
+        assert "squad_memory_message_pkey" in plan(common)
+        assert len(common) == 51

@@ -12,7 +12,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import display_for_value, flatten_fieldsets
 from django.contrib.admin.views.main import SEARCH_VAR
-from django.db.models import QuerySet
+from django.db.models import Exists, Max, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import SimpleTemplateResponse
 from django.urls import reverse
@@ -27,7 +27,7 @@ from squad_memory.models import Compression, Limits, Message, Slot, SlotState
 from squad_memory.operations import forgetting
 from squad_memory.permissions import COMPRESSION, MESSAGE, can_view
 from squad_memory.rules import visible
-from squad_memory.search import MAX_QUERY_LENGTH, matching, searching
+from squad_memory.search import MAX_QUERY_LENGTH, indexed, is_rare, matching, searching
 
 #: The admin's words for each state (the model's own labels).
 STATE_LABELS = dict(SlotState.choices)
@@ -108,6 +108,8 @@ class SlotAdmin(BoundedListAdmin, SlotActionsAdmin):
     date_hierarchy = "updated_at"
     ordering = ["-updated_at", "-id"]
     list_per_page = 50
+    #: No count of every slot beside a filtered or searched list's: it reads the whole table.
+    show_full_result_count = False
     fieldsets = [
         (None, {"fields": ["namespace", KEY_COLUMNS]}),
         (
@@ -139,6 +141,10 @@ class SlotAdmin(BoundedListAdmin, SlotActionsAdmin):
     compression_log_limit = 10
     #: Hits listed by the slot page's search box.
     search_hit_limit = 50
+    #: Most slots a search of the list by message text finds (those with the newest matches
+    #: or the latest activity first; more, and the list says so). A common word's costs a
+    #: few messages read per slot found.
+    text_search_slot_limit = 500
 
     class Media:
         css = CSS
@@ -154,10 +160,11 @@ class SlotAdmin(BoundedListAdmin, SlotActionsAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         """A list searched by message text is read and rendered as the API's searches run
-        (:func:`squad_memory.search.searching`): the full-text index is the plan, and a page
-        past ``SEARCH_TIMEOUT`` (its search, or any other of its queries) is stopped; the
-        list then shows the slots found by id, and says so. An action posted from such a
-        list: see :meth:`_posted_from_search`."""
+        (:func:`squad_memory.search.searching`). The slots whose messages match are found
+        first, once (:meth:`find_text_matches`); the list's count and page then read the
+        slots by those ids. A page past ``SEARCH_TIMEOUT`` (its search, or any other of its
+        queries) is stopped; the list then shows the slots found by id, and says so. An
+        action posted from such a list: see :meth:`_posted_from_search`."""
         term = request.GET.get(SEARCH_VAR, "")
         if not self._searches_text(request, term):
             return super().changelist_view(request, extra_context)
@@ -166,6 +173,7 @@ class SlotAdmin(BoundedListAdmin, SlotActionsAdmin):
             return self._posted_from_search(request, db, term, extra_context)
         try:
             with searching(db):
+                self.find_text_matches(request, db, term)
                 response = super().changelist_view(request, extra_context)
                 if isinstance(response, SimpleTemplateResponse):
                     response.render()  # its queries, inside the search's transaction
@@ -185,12 +193,36 @@ class SlotAdmin(BoundedListAdmin, SlotActionsAdmin):
         be cut short). A search that is stopped does nothing, and says so."""
         try:
             with searching(db):
-                ids = list(_text_matches(db, term).distinct())
+                self.find_text_matches(request, db, term)
         except SearchTimeout as exc:
             self.message_user(request, f"{exc} Nothing was done.", messages.WARNING)
             return HttpResponseRedirect(request.get_full_path())
-        request.squad_memory_text_matches = ids  # type: ignore[attr-defined]
         return super().changelist_view(request, extra_context)
+
+    def find_text_matches(self, request: HttpRequest, db: str, term: str) -> list[int]:
+        """The ids of the slots whose messages match a list's search (at most
+        :attr:`text_search_slot_limit`, :func:`_text_matches`), kept on the request for
+        :meth:`get_search_results`; more, and the list says so."""
+        limit = self.text_search_slot_limit
+        ids = _text_matches(db, term, limit + 1)
+        if len(ids) > limit:
+            ids = ids[:limit]
+            self.message_user(
+                request,
+                f"More than {limit} slots have messages matching the search; the list shows "
+                f"{limit} of them (the newest found). Search for rarer words to narrow it.",
+                messages.WARNING,
+            )
+        request.squad_memory_text_matches = ids  # type: ignore[attr-defined]
+        return ids
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """A searched list has no date hierarchy: the search narrows it, and the hierarchy's
+        links would read the dates of every slot found (two more queries)."""
+        changelist = super().get_changelist_instance(request)
+        if changelist.query:
+            changelist.date_hierarchy = None
+        return changelist
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Slot], search_term: str
@@ -200,8 +232,8 @@ class SlotAdmin(BoundedListAdmin, SlotActionsAdmin):
         if not self._searches_text(request, search_term):
             return by_key, duplicates
         found: Any = getattr(request, "squad_memory_text_matches", None)
-        if found is None:
-            found = _text_matches(queryset.db, search_term)
+        if found is None:  # another view's search (autocomplete)
+            found = _text_matches(queryset.db, search_term, self.text_search_slot_limit)
         return by_key | queryset.filter(pk__in=found), duplicates
 
     def _searches_text(self, request: HttpRequest, search_term: str) -> bool:
@@ -306,10 +338,19 @@ class SlotAdmin(BoundedListAdmin, SlotActionsAdmin):
         return transcript.raw_page(slot, number or transcript.page_count(slot, size), size, until)
 
 
-def _text_matches(db: str, search_term: str) -> QuerySet[Message, int]:
-    """The ids of the slots whose messages' text matches a list's search (one per message)."""
-    rows = matching(Message.objects.using(db).all(), search_term.strip()[:MAX_QUERY_LENGTH])
-    return rows.order_by().values_list("slot_id", flat=True)
+def _text_matches(db: str, search_term: str, limit: int) -> list[int]:
+    """The ids of at most ``limit`` slots whose messages' text matches a list's search, read
+    by one statement. A rare word's (:func:`~squad_memory.search.is_rare`): the slots of its
+    matches in the full-text index, the newest match first. A common word's: the slots
+    active last that hold a match (each found at its first match, a few messages in)."""
+    query = search_term.strip()[:MAX_QUERY_LENGTH]
+    messages = Message.objects.using(db).order_by()
+    if is_rare(messages, query):
+        by_match = indexed(messages, query).values("slot_id").annotate(newest=Max("pk"))
+        return [row["slot_id"] for row in by_match.order_by("-newest")[:limit]]
+    holding = Exists(matching(messages.filter(slot=OuterRef("pk")), query))
+    slots = Slot.objects.using(db).filter(holding).order_by("-updated_at", "-pk")
+    return list(slots.values_list("pk", flat=True)[:limit])
 
 
 def _has_namespaces(request: HttpRequest) -> bool:

@@ -619,7 +619,7 @@ class SearchView(ApiMixin, generics.GenericAPIView[Message]):
             rows = rows.filter(slot__user_id=access.user_id_for(request.user))
         rows = rows.select_related("slot").only(*serializers.SearchHitSerializer.Meta.loads)
         with searching(rows.db):
-            page = self.paginate_queryset(search.matching(rows, params["q"]))
+            page = self.paginate_queryset(search.found(rows, params["q"]))
         data = serializers.SearchHitSerializer(page, many=True, context={"q": params["q"]}).data
         return self.get_paginated_response(data)
 
