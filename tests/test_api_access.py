@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, Permission, User
 from django.test import override_settings
 
 from squad_memory.models import Slot
@@ -296,3 +296,14 @@ def test_posting_for_another_user_needs_the_right_to_read_their_messages(
         assert Slot.objects.get(pk=slot.pk).last_seq == 2  # nothing planted
         assert post(client_for(reader), body).status_code == 201
     assert Slot.objects.get(pk=slot.pk).last_seq == 3
+
+
+def test_the_post_permission_may_come_from_a_group(users: Users) -> None:
+    body = {"session_id": "s1", "agent_id": "a1", "message": one("user", "x")}
+    assert post(client_for(users.reader), body).status_code == 403
+    group = Group.objects.create(name="posters")
+    group.permissions.add(Permission.objects.get(codename="add_message"))
+    users.reader.groups.add(group)
+    assert post(client_for(users.reader), body).status_code == 201
+    users.reader.groups.clear()  # read on every request: taken away at once
+    assert post(client_for(users.reader), body).status_code == 403

@@ -74,3 +74,14 @@ def test_buffer_read_after_activation_is_constant(users: Users, count_queries: A
     with count_queries() as counter:
         body = client.get(f"/api/slots/{slot.pk}/buffer/").json()
     assert len(body["messages"]) < 10 and counter.count <= 6
+
+
+def test_a_post_checks_its_permission_in_one_statement(users: Users, count_queries: Any) -> None:
+    """Django's ModelBackend loads every permission of the user and of their groups (two
+    queries) to test the one a post needs; the post asks for that one."""
+    body = {"session_id": "s1", "agent_id": "a1", "messages": [one("user", "q")]}
+    client = client_for(users.owner)
+    with count_queries() as counter:
+        assert post(client, body).status_code == 201
+    checks = [sql for sql in counter.statements if "auth_permission" in sql]
+    assert len(checks) == 1, checks

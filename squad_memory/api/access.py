@@ -22,7 +22,7 @@ from django.core.exceptions import PermissionDenied
 
 from squad_memory.conf import app_settings
 from squad_memory.models import Slot, SlotQuerySet
-from squad_memory.permissions import MESSAGE, SLOT, can_view_all
+from squad_memory.permissions import MESSAGE, SLOT, can_view_all, has_perm
 from squad_memory.rules import id_problem
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,11 @@ def post_permission() -> str | None:
     return None if value is None else str(value)
 
 
+def holds(user: Any, permission: str | None) -> bool:
+    """Whether ``user`` holds the permission a write needs (None: it needs none)."""
+    return permission is None or has_perm(user, permission)
+
+
 def visible_slots(user: Any, namespace: str) -> SlotQuerySet:
     """The slots of ``namespace`` that ``user`` may see: their own, or all for staff with
     ``view_slot`` (or ``change_slot``), as in the admin."""
@@ -91,6 +96,6 @@ def may_act_as(user: Any, user_id: str) -> bool:
 
 def check_may_delete(user: Any, user_id: str) -> None:
     """The owner may delete their conversations; others need staff and ``delete_slot``."""
-    staff = getattr(user, "is_staff", False) and user.has_perm(DELETE_PERMISSION)
+    staff = getattr(user, "is_staff", False) and has_perm(user, DELETE_PERMISSION)
     if not staff and user_id != user_id_for(user):
         raise PermissionDenied(f"Deleting another user's conversations needs {DELETE_PERMISSION}.")

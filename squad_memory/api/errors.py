@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
@@ -122,13 +122,17 @@ def not_queued(request: Request, slot: Slot, error: object) -> Unavailable:
 
 @contextmanager
 def storage_errors(
-    request: Request, slots: QuerySet[Slot], failure: str = "The summarizer failed"
+    request: Request,
+    slots: QuerySet[Slot] | Callable[[], QuerySet[Slot]],
+    failure: str = "The summarizer failed",
 ) -> Iterator[None]:
     """The storage's refusals as answers: a key or message it refuses (for instance one
-    stored before a stricter limit) is the client's 400; a failing summarizer is a 502."""
+    stored before a stricter limit) is the client's 400; a failing summarizer is a 502
+    (``slots``, or a callable that builds them, only on that failure)."""
     try:
         yield
     except (InvalidSlotKey, InvalidMessage) as exc:
         raise ValidationError({"non_field_errors": [str(exc)]}) from exc
     except SummarizerError as exc:
-        raise summarizer_failed(request, failure, exc, slots) from exc
+        found = slots if isinstance(slots, QuerySet) else slots()
+        raise summarizer_failed(request, failure, exc, found) from exc

@@ -134,7 +134,7 @@ class SlotAccess(BasePermission):
         if request.method in SAFE_METHODS or request.method not in view.allowed_methods:
             return True  # reads are allowed; a method the view lacks is its 405
         needed = view.write_permission()
-        if needed is None or user.has_perm(needed):
+        if access.holds(user, needed):
             return True
         self.message = f"This needs the {needed} permission: ask an administrator for it."
         return False
@@ -347,7 +347,11 @@ class SlotViewSet(
         data = serializer.validated_data
         user_id = acting_user_id(request, data.get("user_id"))
         key = {"user_id": user_id, "session_id": data["session_id"], "agent_id": data["agent_id"]}
-        slots = Slot.objects.filter(namespace=get_storage().namespace, **key)
+        namespace = get_storage().namespace
+
+        def slots() -> QuerySet[Slot]:  # built only if the summarizer fails
+            return Slot.objects.filter(namespace=namespace, **key)
+
         failure = "The messages were stored, but the summarizer failed"
         with errors.storage_errors(request, slots, failure):
             return respond_once(request, lambda: self._save(data, user_id))
