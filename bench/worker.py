@@ -95,9 +95,8 @@ async def drive(client: httpx.AsyncClient, run: str, p: dict[str, Any]) -> dict[
     started = time.perf_counter()
     await asyncio.gather(*(user(u, started + p["cap_s"]) for u in range(p["users"])))
     wall = time.perf_counter() - started
-    return {"users": p["users"], "wall_s": wall, "turns_per_s": len(latencies) / wall} | {
-        "turn": stats(latencies)
-    }
+    found = {"users": p["users"], "wall_s": wall, "turns_per_s": len(latencies) / wall}
+    return found | {"turn": stats(latencies)}
 
 
 # -- a measurement ----------------------------------------------------------------------
@@ -212,11 +211,12 @@ def section(r: dict[str, Any]) -> str:
         f"{HEADING} (PostgreSQL)\n\nA Starlette app under uvicorn (one process) with one "
         "`AgentSquad` (the demo's offline classifier and two offline agents), "
         f"{p['users']} users at once over HTTP (httpx), each up to {p['turns']} turns "
-        f"(at most {p['cap_s']:g} s), after one untimed turn each; `{r['command']}`"
-        f", {r['when']}, load average {r['load_average']:.2f}. squad_memory: inline mode, "
-        f"persistent connections with health checks, {r['database_threads']} database "
-        "threads. Latencies in ms; the worker's CPU per turn it served (the untimed ones "
-        "too; PostgreSQL's aside); server connections: the most the worker held "
+        f"(at most {p['cap_s']:g} s), after one untimed turn each; `{r['command']}`, "
+        f"{r['when']}, load average {r['load_average']:.2f} (a machine shared with other "
+        "work: read the ratios). squad_memory: inline mode, persistent connections with "
+        f"health checks, {r['database_threads']} database threads. "
+        "Latencies in ms; the worker's CPU per turn it served (the untimed ones too; "
+        "PostgreSQL's aside); server connections: the most the worker held "
         "(`pg_stat_activity`, sampled every 20 ms).\n\n"
         f"{table(rows)}\n\nGoal: squad_memory's worker serves at least "
         f"{GOALS['turns_per_s']:g}x the in-memory worker's turns/s with its p99 within "
