@@ -92,11 +92,12 @@ async def drive(client: httpx.AsyncClient, run: str, p: dict[str, Any]) -> dict[
                 latencies.append(await ask(u, i))
 
     await asyncio.gather(*(ask(u, 0) for u in range(p["users"])))
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(user(u, started + p["cap_s"]) for u in range(p["users"])))
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     found = {"users": p["users"], "wall_s": wall, "turns_per_s": len(latencies) / wall}
-    return found | {"turn": stats(latencies)}
+    driver = cpu * 1000 / max(len(latencies), 1)  # this process's: the sampler's too
+    return found | {"turn": stats(latencies), "driver_cpu_ms_per_turn": driver}
 
 
 # -- a measurement ----------------------------------------------------------------------
@@ -170,15 +171,23 @@ def measure(storage: str, p: dict[str, Any], work: Path) -> dict[str, Any]:
 
         cpu = _cpu_s(proc.pid)
         found = asyncio.run(run())
-        found["cpu_ms_per_turn"] = (
-            (_cpu_s(proc.pid) - cpu) * 1000 / (found["turn"]["n"] + p["users"])
-        )
+        per_turn = 1000 / (found["turn"]["n"] + p["users"])  # ms per second, by turn served
+        found["cpu_ms_per_turn"] = (_cpu_s(proc.pid) - cpu) * per_turn
+        found["postgres_cpu_ms_per_turn"] = sum(map(_cpu_s, _backends())) * per_turn
     finally:
         sampler.stop.set()
         sampler.join()
         proc.terminate()
         proc.wait(30)
     return {"label": STORAGES[storage], **found, "connections": sampler.peak}
+
+
+def _backends() -> list[int]:
+    """The process ids of the worker's server connections (their CPU is the worker's
+    statements': they opened in its first turns)."""
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        query = "SELECT pid FROM pg_stat_activity WHERE application_name = 'bench-worker'"
+        return [row[0] for row in conn.execute(query).fetchall()]
 
 
 def _cpu_s(pid: int) -> float:
@@ -200,7 +209,9 @@ def section(r: dict[str, Any]) -> str:
             "turns/s": got["turns_per_s"],
             "turn p50": got["turn"]["p50"],
             "turn p99": got["turn"]["p99"],
-            "worker CPU ms/turn": got["cpu_ms_per_turn"],
+            "CPU ms/turn: worker": got["cpu_ms_per_turn"],
+            "PostgreSQL": got["postgres_cpu_ms_per_turn"],
+            "driver": got["driver_cpu_ms_per_turn"],
             "server connections": got["connections"],
         }
         for got in r["runs"].values()
@@ -215,8 +226,10 @@ def section(r: dict[str, Any]) -> str:
         f"{r['when']}, load average {r['load_average']:.2f} (a machine shared with other "
         "work: read the ratios). squad_memory: inline mode, persistent connections with "
         f"health checks, {r['database_threads']} database threads. "
-        "Latencies in ms; the worker's CPU per turn it served (the untimed ones too; "
-        "PostgreSQL's aside); server connections: the most the worker held "
+        "Latencies in ms; CPU per turn served (the untimed ones too) of the worker "
+        "process and of its PostgreSQL connections' backends, and of the driver in the "
+        "timed turns (the users' httpx client, in a process of its own); server "
+        "connections: the most the worker held "
         "(`pg_stat_activity`, sampled every 20 ms).\n\n"
         f"{table(rows)}\n\nGoal: squad_memory's worker serves at least "
         f"{GOALS['turns_per_s']:g}x the in-memory worker's turns/s with its p99 within "
