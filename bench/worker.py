@@ -4,10 +4,11 @@ The deployment agent-squad users run: a Starlette app under uvicorn (one process
 one ``AgentSquad`` (the demo's offline classifier and two offline agents,
 ``project.demo.play.build``), driven over HTTP by many users at once (an httpx async
 client, each user waiting for its answer before its next turn). Once with squad_memory's
-storage (``squad_memory.get_storage()``: ``DjangoChatStorage`` in inline mode, on the
-PostgreSQL database ``BENCH_WORKER_DATABASE_URL`` with persistent connections, health
-checks and the default ``DATABASE_THREADS``), once with agent-squad's
-``InMemoryChatStorage``. Writes ``worker.json`` and its section of the results page.
+storage (``squad_memory.get_storage()``: ``SummarizingChatStorage`` over
+``DjangoChatStorage`` in inline mode with the demo's offline summarizer, on the PostgreSQL
+database ``BENCH_WORKER_DATABASE_URL`` with persistent connections, health checks and the
+default ``DATABASE_THREADS``), once with agent-squad's ``InMemoryChatStorage``. Writes
+``worker.json`` and its section of the results page.
 """
 
 from __future__ import annotations

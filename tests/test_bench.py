@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,9 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # Databases of the tests' own, never a benchmark's of the developer (a run empties them).
     env["BENCH_DATABASE_URL"] = BENCH_DATABASE_URL
     env["BENCH_BROKER_URL"] = BENCH_REDIS_URL
+    # W5 runs on its own (python -m bench worker): a full run keeps its section.
+    (out / "results").mkdir()
+    shutil.copy(ROOT / "bench" / "results" / "worker.json", out / "results" / "worker.json")
     args = ["--quick", "--out", str(out / "results"), "--work", str(out / "work")]
     proc = subprocess.run(
         [sys.executable, "-m", "bench", *args],
@@ -143,6 +147,9 @@ def test_the_results_page_and_plots_are_written(quick_run: dict[str, Any]) -> No
     page = (out / "README.md").read_text()
     for heading in ("## Goals", "## W1", "### Ratios per turn", "## W2", "## W3", "## W4"):
         assert heading in page, heading
+    assert (
+        page.index("## W4") < page.index("## W5: one agent-squad worker") < page.index("## Method")
+    )
     assert "python -m bench --quick" in page and "contract floor (postgresql)" in page
     assert "squad_memory inline (PostgreSQL, prepared statements)" in page
     assert "the contract floor (postgresql, prepared statements)" in page  # a goal
