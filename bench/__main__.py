@@ -1,4 +1,5 @@
-"""``python -m bench [--quick] [--out DIR]``: run the benchmarks, write the results page.
+"""``python -m bench [--quick] [--out DIR]``: run the benchmarks, write the results page
+(``python -m bench worker``: W5, one agent-squad worker over HTTP, ``bench/worker.py``).
 
 A full run writes ``bench/results/`` (README.md, results.json, PNG plots); a quick run
 writes to ``bench/.work/quick``. Each step runs in a fresh process on one database
@@ -218,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import scale
 
         return scale.main(argv[1:])
+    if argv[:1] == ["worker"]:  # python -m bench worker: W5, on its own
+        from bench import worker
+
+        return worker.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--out", type=Path, help="results directory")

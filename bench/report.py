@@ -236,3 +236,7 @@ def _save(fig: Any, ax: Any, path: Path) -> None:
 def write(r: dict[str, Any], out: Path) -> None:
     plots(r, out)
     (out / "README.md").write_text(page(r))
+    if (out / "worker.json").exists():  # W5 runs on its own (python -m bench worker)
+        from bench import worker
+
+        worker.into_page(out)

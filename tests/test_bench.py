@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,9 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # Databases of the tests' own, never a benchmark's of the developer (a run empties them).
     env["BENCH_DATABASE_URL"] = BENCH_DATABASE_URL
     env["BENCH_BROKER_URL"] = BENCH_REDIS_URL
+    # W5 runs on its own (python -m bench worker): a full run keeps its section.
+    (out / "results").mkdir()
+    shutil.copy(ROOT / "bench" / "results" / "worker.json", out / "results" / "worker.json")
     args = ["--quick", "--out", str(out / "results"), "--work", str(out / "work")]
     proc = subprocess.run(
         [sys.executable, "-m", "bench", *args],
@@ -143,6 +147,9 @@ def test_the_results_page_and_plots_are_written(quick_run: dict[str, Any]) -> No
     page = (out / "README.md").read_text()
     for heading in ("## Goals", "## W1", "### Ratios per turn", "## W2", "## W3", "## W4"):
         assert heading in page, heading
+    assert (
+        page.index("## W4") < page.index("## W5: one agent-squad worker") < page.index("## Method")
+    )
     assert "python -m bench --quick" in page and "contract floor (postgresql)" in page
     assert "squad_memory inline (PostgreSQL, prepared statements)" in page
     assert "the contract floor (postgresql, prepared statements)" in page  # a goal
@@ -263,3 +270,91 @@ def test_the_scale_report_has_every_call_with_its_statements(scale_loaded: Any) 
     run = dict(small=found, big=found, rows=rows, when="now", command="c", load_average="0")
     page = scale.page(run)
     assert page.count("\n| ") == 1 + 17 and "Goals met:" in page
+
+
+# -- W5: one agent-squad worker over HTTP (bench/worker.py) ---------------------------------
+@pytest.mark.django_db
+@pytest.mark.parametrize("storage", ["squad_memory", "in-memory"])
+def test_the_worker_app_serves_the_driver_s_users(
+    storage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    import httpx
+
+    from bench import worker
+    from squad_memory.models import Message, Slot
+
+    monkeypatch.setenv("BENCH_WORKER_STORAGE", storage)
+    app, p = worker.app(), {"users": 3, "turns": 2, "cap_s": 60.0}
+
+    async def drive() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://worker") as client:
+            return await worker.drive(client, "smoke", p)
+
+    found = asyncio.run(drive())
+    assert found["users"] == 3 and found["turn"]["n"] == 3 * 2 and found["turns_per_s"] > 0
+    stored = 2 * 3 * (2 + 1)  # each user's untimed turn too, a question and an answer each
+    assert Message.objects.count() == (stored if storage == "squad_memory" else 0)
+    users = set(Slot.objects.values_list("user_id", flat=True))
+    assert users == ({f"smoke-{u}" for u in range(3)} if storage == "squad_memory" else set())
+
+
+def test_python_m_bench_worker_quick_measures_both_storages(tmp_path: Path) -> None:
+    missing = services_missing()
+    require(missing is None, f"the benchmark needs PostgreSQL: {missing}")
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")
+    }
+    env["BENCH_WORKER_DATABASE_URL"] = BENCH_DATABASE_URL + "_worker"  # the tests' own
+    (tmp_path / "README.md").write_text("# Benchmark results\n\n## W4\n\n## Method\n\n- m\n")
+    args = ["worker", "--quick", "--out", str(tmp_path), "--work", str(tmp_path / "work")]
+    for _ in range(2):  # the second run's section replaces the first's
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    from bench.worker import QUICK
+
+    found = json.loads((tmp_path / "worker.json").read_text())
+    assert list(found["runs"]) == ["squad_memory", "in-memory"]
+    for storage, got in found["runs"].items():
+        assert got["turn"]["n"] == QUICK["users"] * QUICK["turns"], storage
+        assert got["turns_per_s"] > 0 and got["turn"]["p99"] > 0, storage
+        assert got["users"] == QUICK["users"], storage
+        for cpu in ("cpu_ms_per_turn", "postgres_cpu_ms_per_turn", "driver_cpu_ms_per_turn"):
+            assert got[cpu] >= 0, (storage, cpu)
+    assert found["runs"]["squad_memory"]["connections"] >= 1  # the worker's, on the bench's
+    assert found["runs"]["in-memory"]["connections"] == 0
+    assert set(found["goals"]) == {"turns_per_s", "p99", "met"}
+    page = (tmp_path / "README.md").read_text()
+    assert page.count("## W5: one agent-squad worker over HTTP") == 1
+    assert page.index("## W4") < page.index("## W5") < page.index("## Method")
+    assert (
+        "| squad_memory inline (PostgreSQL) | 3 | 9 |" in page and "python -m bench worker" in page
+    )
+
+
+def test_the_worker_app_answers_500_when_the_storage_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    import httpx
+
+    from bench import worker
+
+    monkeypatch.setenv("BENCH_WORKER_STORAGE", "squad_memory")  # and no database access here
+    app = worker.app()
+
+    async def drive() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://worker") as client:
+            await worker.drive(client, "failing", {"users": 1, "turns": 1, "cap_s": 60.0})
+
+    with pytest.raises(httpx.HTTPStatusError, match="500 Internal Server Error"):
+        asyncio.run(drive())

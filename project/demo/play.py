@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_squad.orchestrator import AgentSquad
+from agent_squad.storage import ChatStorage
 from agent_squad.types import AgentSquadConfig
 from django.contrib.auth import get_user_model
 
@@ -28,8 +29,9 @@ def load(path: Path = FIXTURE) -> dict[str, Any]:
     return data
 
 
-def build(data: dict[str, Any]) -> AgentSquad:
-    """The orchestrator: two scripted agents, the keyword classifier, squad_memory's storage."""
+def build(data: dict[str, Any], storage: ChatStorage | None = None) -> AgentSquad:
+    """The orchestrator: two scripted agents, the keyword classifier, and ``storage``
+    (squad_memory's, as ``settings.SQUAD_MEMORY`` describes it, by default)."""
     keywords, agents = {}, []
     for name, spec in data["agents"].items():
         script = {t["user"]: t["reply"] for t in data["turns"]}
@@ -38,7 +40,7 @@ def build(data: dict[str, Any]) -> AgentSquad:
         agents.append(agent)
     squad = AgentSquad(
         options=AgentSquadConfig(USE_DEFAULT_AGENT_IF_NONE_IDENTIFIED=True),
-        storage=squad_memory.get_storage(),
+        storage=storage or squad_memory.get_storage(),
         classifier=KeywordClassifier(keywords),
         default_agent=agents[0],
     )
