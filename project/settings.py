@@ -13,8 +13,13 @@ inline summarization and the offline summarizer, so it runs on a fresh machine.
   X-Forwarded-Proto from a TLS-terminating proxy
 
 - DATABASE_URL: postgres://, mysql://, sqlite:/// (default: var/db.sqlite3)
+- DATABASE_POOL: on PostgreSQL, Django's connection pool of at most this many connections
+  (unset: none)
 - DATABASE_CONN_MAX_AGE: CONN_MAX_AGE in seconds, or "none" to keep connections
   (default 0: a connection per request, and per async call outside one)
+- SQUAD_MEMORY_ADMISSION: 1 (default) or 0: squad_memory's AdmissionMiddleware, which bounds
+  the requests (so the connections) one ASGI process serves at once
+- SQUAD_MEMORY_DATABASE_THREADS: SQUAD_MEMORY["DATABASE_THREADS"] (default 20), that bound
 - SQUAD_MEMORY_MODE: inline (default; `make demo` uses tasks), tasks or celery
 - DJANGO_TASKS_BACKEND: the dotted path of the Tasks framework's backend in tasks mode (default:
   django-tasks-db's DatabaseBackend, run by `manage.py db_worker`)
@@ -107,6 +112,14 @@ if importlib.util.find_spec("django_tasks_db") is not None:  # the tasks extra
     }
 
 MIDDLEWARE = [
+    # Under ASGI (project/asgi.py): at most SQUAD_MEMORY["DATABASE_THREADS"] requests at once
+    # hold database connections, the others wait their turn (docs/howto/deployment.md).
+    # Under WSGI it does nothing. SQUAD_MEMORY_ADMISSION=0 leaves it out.
+    *(
+        ["squad_memory.middleware.AdmissionMiddleware"]
+        if env_flag("SQUAD_MEMORY_ADMISSION", True)
+        else []
+    ),
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -150,6 +163,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"]["init_command"] = (
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
     )
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and os.environ.get(
+    "DATABASE_POOL"
+):
+    # Django's connection pool (psycopg[pool]) of at most DATABASE_POOL connections; it needs
+    # CONN_MAX_AGE 0.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "max_size": int(os.environ["DATABASE_POOL"])
+    }
 if (
     DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
     and os.environ.get("DATABASE_PREPARED") == "1"
@@ -205,6 +226,7 @@ SQUAD_MEMORY = {
     "TRIGGER_AT": int(os.environ.get("SQUAD_MEMORY_TRIGGER_AT", "20")),
     "KEEP_LAST": int(os.environ.get("SQUAD_MEMORY_KEEP_LAST", "2")),
     "MODE": os.environ.get("SQUAD_MEMORY_MODE", "inline"),
+    "DATABASE_THREADS": int(os.environ.get("SQUAD_MEMORY_DATABASE_THREADS", "20")),
     # With SQUAD_MEMORY_SUMMARIZER=squad_memory.summarizers.llm.summarize.
     "LLM": {
         key: value

@@ -36,6 +36,9 @@ DEFAULTS: dict[str, Any] = {
     # connection per thread and database at most) and synchronous summarizers.
     "DATABASE_THREADS": 20,
     "SUMMARIZER_THREADS": 20,
+    # Under ASGI with squad_memory.middleware.AdmissionMiddleware: the longest a request waits
+    # for one of the DATABASE_THREADS turns before its 503.
+    "REQUEST_QUEUE_TIMEOUT": 30.0,
     # Retries of a queued compression (Celery and tasks mode), with exponential backoff.
     "RETRIES": 3,
     "RETRY_BACKOFF": 2,
@@ -128,6 +131,7 @@ NUMBERS: dict[str, Range] = {
     "TASKS_RESULTS_TTL": Range(0, MAX_DAYS * 86400, optional=True),
     "DATABASE_THREADS": Range(1, 1000, integer=True),
     "SUMMARIZER_THREADS": Range(1, 1000, integer=True),
+    "REQUEST_QUEUE_TIMEOUT": Range(0, 3600, above=True),
     "IDEMPOTENCY_TTL": Range(0, MAX_DAYS * 86400),
     "RETAIN_DAYS": Range(0, MAX_DAYS, optional=True, above=True),  # days
     "LLM.TIMEOUT": Range(0, 3600, above=True),
@@ -207,6 +211,7 @@ class Settings:
     publish_timeout = Setting(float)
     database_threads = Setting(int)
     summarizer_threads = Setting(int)
+    request_queue_timeout = Setting(float)
     retries = Setting(int)
     retry_backoff = Setting(float)
     retry_backoff_max = Setting(float)
