@@ -1,4 +1,5 @@
-"""``python -m bench [--quick] [--out DIR]``: run the benchmarks, write the results page.
+"""``python -m bench [--quick] [--out DIR]``: run the benchmarks, write the results page
+(``python -m bench http``: the API over HTTP, ``bench/http_load.py``).
 
 A full run writes ``bench/results/`` (README.md, results.json, PNG plots); a quick run
 writes to ``bench/.work/quick``. Each step runs in a fresh process on one database
@@ -213,6 +214,10 @@ def _ping(url: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv == ["http"]:  # the API over HTTP (bench/http_load.py)
+        from bench import http_load
+
+        return http_load.main()
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--out", type=Path, help="results directory")
