@@ -12,6 +12,7 @@ without it, and without it on Django's pool of 40. Results go to ``bench/results
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import socket
@@ -121,7 +122,7 @@ async def call(http: httpx.AsyncClient, method: str, path: str, **kw: Any) -> ht
         return None
 
 
-async def load(base: str, clients: int) -> dict[str, float]:
+async def load(base: str, clients: int) -> dict[str, Any]:
     """``clients`` clients for :data:`SECONDS`, the server's connections polled meanwhile."""
     out: dict[str, list] = {"post": [], "status": [], "connections": [0]}
     headers = {"Authorization": f"Token {TOKEN}"}
@@ -151,7 +152,7 @@ async def load(base: str, clients: int) -> dict[str, float]:
         "msg/s": stored / elapsed,
         "p50 (s)": posts[len(posts) // 2],
         "p99 (s)": posts[int(len(posts) * 0.99)],
-        "errors": sum(1 for status in out["status"] if not 200 <= status < 300),
+        "errors": errors(out["status"]),
         "peak connections": max(out["connections"]),
     }
 
@@ -175,15 +176,23 @@ def main() -> int:
     RESULTS.write_text(
         "# The API over HTTP on one uvicorn worker\n\n"
         f"PostgreSQL (max_connections {max_connections()}); Python {sys.version.split()[0]}; "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end; "
         f"{SECONDS:g} s per row, each client posting one message at a time and every fifth "
-        "turn reading the sessions list and its buffer; errors: answers not 2xx; peak "
-        "connections: the database's server connections, polled every 0.1 s.\n\n"
+        "turn reading the sessions list and its buffer; errors: answers not 2xx, by status "
+        "(0: the connection failed); peak connections: the database's server connections, "
+        "polled every 0.1 s.\n\n"
         "| server | clients | msg/s | p50 (s) | p99 (s) | errors | peak connections |\n"
         "|---|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
         "Reproduce: `.venv/bin/python -m bench http`.\n"
     )
     print(f"Results in {RESULTS}")
     return 0
+
+
+def errors(statuses: list[int]) -> str:
+    """The answers that were not 2xx, by status (0: the connection failed)."""
+    failed = collections.Counter(status for status in statuses if not 200 <= status < 300)
+    return ", ".join(f"{n} ({status})" for status, n in sorted(failed.items())) or "0"
 
 
 def max_connections() -> str:
