@@ -1,5 +1,6 @@
 """``python -m bench [--quick] [--out DIR]``: run the benchmarks, write the results page
-(``python -m bench worker``: W5, one agent-squad worker over HTTP, ``bench/worker.py``).
+(``python -m bench worker``: W5, one agent-squad worker over HTTP, ``bench/worker.py``;
+``python -m bench http``: the API over HTTP at 40 and 400 clients, ``bench/http_load.py``).
 
 A full run writes ``bench/results/`` (README.md, results.json, PNG plots); a quick run
 writes to ``bench/.work/quick``. Each step runs in a fresh process on one database
@@ -223,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import worker
 
         return worker.main(argv[1:])
+    if argv == ["http"]:  # the API over HTTP (bench/http_load.py)
+        from bench import http_load
+
+        return http_load.main()
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--out", type=Path, help="results directory")

@@ -19,8 +19,12 @@ inline summarization and the offline summarizer, so it runs on a fresh machine.
   one, such as AgentSquad in a bot or in `manage.py demo`: on PostgreSQL a turn several
   times slower, which system check squad_memory.W004 warns of). Above 0, CONN_HEALTH_CHECKS
   is on, so a kept connection that died is replaced before it is used
-- DATABASE_POOL: 1 for Django's connection pool on PostgreSQL (OPTIONS["pool"], Django 5.1+,
-  pip install "psycopg[pool]"), what an async caller should use instead of CONN_MAX_AGE 0
+- DATABASE_POOL: on PostgreSQL, Django's connection pool (OPTIONS["pool"], Django 5.1+,
+  pip install "psycopg[pool]"), what an async caller should use instead of CONN_MAX_AGE 0:
+  1 for psycopg_pool's default sizes, or the most connections it holds (e.g. 20; unset: none)
+- SQUAD_MEMORY_ADMISSION: 1 (default) or 0: squad_memory's AdmissionMiddleware, which bounds
+  the requests (so the connections) one ASGI process serves at once
+- SQUAD_MEMORY_DATABASE_THREADS: SQUAD_MEMORY["DATABASE_THREADS"] (default 20), that bound
 - SQUAD_MEMORY_MODE: inline (default; `make demo` uses tasks), tasks or celery
 - DJANGO_TASKS_BACKEND: the dotted path of the Tasks framework's backend in tasks mode (default:
   django-tasks-db's DatabaseBackend, run by `manage.py db_worker`)
@@ -113,6 +117,14 @@ if importlib.util.find_spec("django_tasks_db") is not None:  # the tasks extra
     }
 
 MIDDLEWARE = [
+    # Under ASGI (project/asgi.py): at most SQUAD_MEMORY["DATABASE_THREADS"] requests at once
+    # hold database connections, the others wait their turn (docs/howto/deployment.md).
+    # Under WSGI it does nothing. SQUAD_MEMORY_ADMISSION=0 leaves it out.
+    *(
+        ["squad_memory.middleware.AdmissionMiddleware"]
+        if env_flag("SQUAD_MEMORY_ADMISSION", True)
+        else []
+    ),
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -168,14 +180,16 @@ if (
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         server_side_binding=True, prepare_threshold=5
     )
-if (
-    DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
-    and os.environ.get("DATABASE_POOL") == "1"
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and (
+    pool := os.environ.get("DATABASE_POOL")
 ):
     # What an async caller (AgentSquad outside a request: a bot, `asyncio.run`, this demo's
     # conversation) needs on PostgreSQL, or DATABASE_CONN_MAX_AGE=60: with neither, each of
-    # its database calls opens and closes a connection (squad_memory.W004).
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = True
+    # its database calls opens and closes a connection (squad_memory.W004). The pool needs
+    # CONN_MAX_AGE 0.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = (
+        True if pool == "1" else {"max_size": int(pool)}
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A second alias on the same database, as a read replica would be: the alias the
     # read-replica router tests send reads to (tests/test_replicas.py). Nothing uses it
@@ -221,6 +235,7 @@ SQUAD_MEMORY = {
     "TRIGGER_AT": int(os.environ.get("SQUAD_MEMORY_TRIGGER_AT", "20")),
     "KEEP_LAST": int(os.environ.get("SQUAD_MEMORY_KEEP_LAST", "2")),
     "MODE": os.environ.get("SQUAD_MEMORY_MODE", "inline"),
+    "DATABASE_THREADS": int(os.environ.get("SQUAD_MEMORY_DATABASE_THREADS", "20")),
     # With SQUAD_MEMORY_SUMMARIZER=squad_memory.summarizers.llm.summarize.
     "LLM": {
         key: value

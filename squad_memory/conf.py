@@ -43,6 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "CALL_TIMEOUT": 30.0,
     "LOCK_TIMEOUT": 10.0,
     "SUMMARIZER_TIMEOUT": 120.0,
+    # Under ASGI with squad_memory.middleware.AdmissionMiddleware: the longest a request waits
+    # for one of the DATABASE_THREADS turns before its 503.
+    "REQUEST_QUEUE_TIMEOUT": 30.0,
     # Retries of a queued compression (Celery and tasks mode), with exponential backoff.
     "RETRIES": 3,
     "RETRY_BACKOFF": 2,
@@ -139,6 +142,7 @@ NUMBERS: dict[str, Range] = {
     "CALL_TIMEOUT": Range(0, 86400, optional=True, above=True),
     "LOCK_TIMEOUT": Range(0, 3600, optional=True, above=True),
     "SUMMARIZER_TIMEOUT": Range(0, 86400, optional=True, above=True),
+    "REQUEST_QUEUE_TIMEOUT": Range(0, 3600, above=True),
     "IDEMPOTENCY_TTL": Range(0, MAX_DAYS * 86400),
     "RETAIN_DAYS": Range(0, MAX_DAYS, optional=True, above=True),  # days
     "LLM.TIMEOUT": Range(0, 3600, above=True),
@@ -226,6 +230,7 @@ class Settings:
     call_timeout = Setting(_optional_float)
     lock_timeout = Setting(_optional_float)
     summarizer_timeout = Setting(_optional_float)
+    request_queue_timeout = Setting(float)
     retries = Setting(int)
     retry_backoff = Setting(float)
     retry_backoff_max = Setting(float)

@@ -71,6 +71,7 @@ TIERS = {
         "test_celery_integration",
         "test_concurrency",
         "test_demo",
+        "test_middleware_uvicorn",
         "test_django_tasks_worker",
         "test_pgbouncer",
         "test_settings",

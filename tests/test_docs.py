@@ -245,6 +245,7 @@ def test_fragment_runs_as_written(
     seeded = {
         "BASE_DIR": doc_files,  # startproject's, which the SQLite snippets build on
         "INSTALLED_APPS": list(settings.INSTALLED_APPS),
+        "MIDDLEWARE": list(settings.MIDDLEWARE),  # startproject's, which a how-to adds to
         "urlpatterns": [],
         "SQUAD_MEMORY": {},  # the tutorial's block, which a how-to's adds keys to
     }

@@ -15,6 +15,7 @@ from django.apps import apps
 from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from squad_memory.exceptions import InvalidIdempotencyKey
@@ -175,14 +176,16 @@ def test_the_migration_ties_stored_answers_to_their_slots() -> None:
         ("tied", {"slot": {"id": slot.pk}}),
         ("gone", {"slot": {"id": 0}}),
         ("x", []),
+        ("no id", {"slot": {"id": None}}),
+        ("no slot", {"messages": []}),
     ):
-        IdempotencyKey.objects.create(
-            user="1", key=key, request_hash="h", status=201, body=body, created_at=timezone.now()
-        )
+        answer(key, body)
     migration.tie_answers_to_slots(apps, SimpleNamespace(connection=connection))
     assert dict(IdempotencyKey.objects.values_list("key", "slot_id")) == {
         "tied": slot.pk,
         "x": None,
+        "no id": None,
+        "no slot": None,
     }
     slot.delete()
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["x"]
@@ -334,3 +337,27 @@ def test_the_key_is_an_extra_keyword_so_the_chat_storage_contract_is_unchanged()
         assert list(ours)[: len(theirs)] == list(theirs)
         extra_key = ours["idempotency_key"]
         assert extra_key.kind is inspect.Parameter.KEYWORD_ONLY and extra_key.default is None
+    assert sorted(IdempotencyKey.objects.values_list("key", flat=True)) == ["no id", "no slot", "x"]
+
+
+def answer(key: str, body: Any) -> None:
+    IdempotencyKey.objects.create(
+        user="1", key=key, request_hash="h", status=201, body=body, created_at=timezone.now()
+    )
+
+
+def test_the_migration_ties_answers_with_statements_whatever_their_number() -> None:
+    """Set-based, outside the schema change's transaction: the lock its new columns take is
+    not held while the answers are tied, and tying them does not take a query per answer."""
+    migration = importlib.import_module("squad_memory.migrations.0007_erasure_and_backoff")
+    slot = Slot.objects.create(user_id="u", session_id="s", agent_id="a")
+    counts = []
+    for n in (2, 6):
+        for i in range(n):
+            answer(f"{n}-{i}", {"slot": {"id": slot.pk if i % 2 else 0}})
+        with CaptureQueriesContext(connection) as tying:
+            migration.tie_answers_to_slots(apps, SimpleNamespace(connection=connection))
+        counts.append(len(tying.captured_queries))
+    assert counts[0] == counts[1] <= 3, counts
+    assert IdempotencyKey.objects.filter(slot=slot).count() == 1 + 3
+    assert not migration.Migration.atomic

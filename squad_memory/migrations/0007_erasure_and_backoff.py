@@ -6,29 +6,38 @@ this migration name their slot in their body (``{"slot": {"id": ...}}``): they a
 to it here, and those whose slot is already gone are deleted (a retry replayed a slot
 that no longer exists). ``Slot.retry_after``: after a failed compression, saves do not
 call the summarizer again before it.
+
+Not atomic: each new column commits at once (adding a nullable column is instant, but the
+lock it takes would last until the end of the migration's transaction), and the answers
+are tied in a transaction of their own, by two statements whatever their number, while
+saves go on (docs/howto/upgrading.md).
 """
 
 from typing import Any
 
 import django.db.models.deletion
 from django.db import migrations, models
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Cast
 
 
 def tie_answers_to_slots(apps: Any, schema_editor: Any) -> None:
+    """Each answer not tied yet whose body names a slot: tied to it if it exists, else
+    deleted; answers that name none stay as they are."""
     alias = schema_editor.connection.alias
     keys = apps.get_model("squad_memory", "IdempotencyKey").objects.using(alias)
     slots = apps.get_model("squad_memory", "Slot").objects.using(alias)
-    for row in keys.filter(slot__isnull=True).iterator():
-        named = (row.body.get("slot") or {}).get("id") if isinstance(row.body, dict) else None
-        if named is None:
-            continue
-        if slots.filter(pk=named).exists():
-            keys.filter(pk=row.pk).update(slot_id=named)
-        else:
-            keys.filter(pk=row.pk).delete()
+    named = Cast(KeyTextTransform("id", KeyTransform("slot", "body")), models.BigIntegerField())
+    untied = keys.filter(slot__isnull=True, body__slot__id__isnull=False).exclude(
+        body__slot__id=None
+    )
+    untied = untied.alias(named=named)  # the key is there and not JSON's null
+    untied.filter(named__in=slots.values("pk")).update(slot_id=named)
+    untied.delete()  # evaluated again: those left untied
 
 
 class Migration(migrations.Migration):
+    atomic = False
 
     dependencies = [
         ("squad_memory", "0006_tokens"),
