@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from django.db import OperationalError, connections, transaction
-from django.db.models import BooleanField, F, Func, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import BooleanField, F, Func, Q, QuerySet, Subquery, Value
 from django.utils.html import escape
 
 from squad_memory.conf import app_settings
@@ -175,31 +175,45 @@ def indexed(messages: QuerySet[Message], query: str) -> QuerySet[Message]:
     return messages.filter(Among(F("pk"), Subquery(ids)))
 
 
-def walks_newest(messages: QuerySet[Message], query: str, slots: QuerySet[Slot]) -> bool:
+class OneOf(Func):
+    """PostgreSQL: ``column = ANY(%s::type[])``, a list known before the query, sent as one
+    constant array: the executor looks a value up in a hash of it, where an array a subquery
+    gives (:class:`Among`) is searched element by element for every row (20,000 slot ids:
+    400 ms to pass over 6,000 messages, against 1 ms)."""
+
+    output_field = BooleanField()
+
+    def __init__(self, column: Any, values: list[int]) -> None:
+        super().__init__(column)
+        self.values = values
+
+    def as_sql(self, compiler: Any, connection: Any, *args: Any, **kwargs: Any) -> Any:
+        column, column_params = compiler.compile(self.source_expressions[0])
+        cast = self.source_expressions[0].output_field.db_type(connection)
+        return f"{column} = ANY(%s::{cast}[])", (*column_params, self.values)
+
+
+def walks_newest(messages: QuerySet[Message], query: str, mine: int) -> bool:
     """Whether walking the whole table newest first (by id), passing over the messages of
-    other slots, fills a page (:data:`PAGE_ROWS`) for less than parsing every message of
-    ``slots``, the plan the planner picks for a few slots whatever they hold: it counts a
-    slot's messages as the table's average, and one slot may hold a hundred thousand.
-    The walk expects to read ``PAGE_ROWS * table / (mine * share matching)`` rows, at
-    :data:`SKIP_COST` each; ``mine`` is the sum of the slots' ``last_seq`` (one read of the
-    slots, no message read). Off PostgreSQL, False."""
-    if connections[messages.db].vendor != "postgresql":
-        return False
-    mine = slots.order_by().aggregate(total=Sum("last_seq"))["total"] or 0
+    other slots, fills a page (:data:`PAGE_ROWS`) for less than parsing ``mine`` messages,
+    every message of the slots searched: the plan the planner picks for a few slots whatever
+    they hold, as it counts a slot's messages as the table's average, and one slot may hold
+    a hundred thousand. The walk expects to read ``PAGE_ROWS * table / (mine * share
+    matching)`` rows, at :data:`SKIP_COST` each. Two ``EXPLAIN``, no row read."""
     table = estimated_rows(every(messages))
     matches = estimated_rows(matching(every(messages), query))
     return mine * mine * matches >= PAGE_ROWS * table * table * SKIP_COST
 
 
-def newest_walk(messages: QuerySet[Message], slots: QuerySet[Slot]) -> QuerySet[Message]:
-    """PostgreSQL: ``messages`` of ``slots`` (their ids listed first: :class:`Among`, so that
-    the walk compares a message's slot before it parses its text) read by walking the
-    primary key, in the order a page asks for: sorting is off for the rest of the search's
-    transaction (:func:`searching`), so that no plan reads every message of the slots
-    before it sorts them. A cursor's ``id`` bound starts the walk, either way."""
+def newest_walk(messages: QuerySet[Message], slots: list[int]) -> QuerySet[Message]:
+    """PostgreSQL: ``messages`` of the slots ``slots`` lists (:class:`OneOf`, so that the walk
+    compares a message's slot before it parses its text) read by walking the primary key,
+    in the order a page asks for: sorting is off for the rest of the search's transaction
+    (:func:`searching`), so that no plan reads every message of the slots before it sorts
+    them. A cursor's ``id`` bound starts the walk, either way."""
     with connections[messages.db].cursor() as cursor:
         cursor.execute("SELECT set_config('enable_sort', 'off', true)")
-    return messages.filter(Among(F("slot_id"), Subquery(slots.order_by().values("pk"))))
+    return messages.filter(OneOf(F("slot"), slots))
 
 
 def found(
@@ -219,8 +233,11 @@ def found(
     :func:`newest_walk`). Any other common word stays the planner's to plan."""
     if is_rare(messages, query):
         return indexed(messages, query)
-    if slots is not None and walks_newest(messages, query, slots):
-        return matching(newest_walk(messages, slots), query)
+    if slots is None or connections[messages.db].vendor != "postgresql":
+        return matching(messages, query)
+    sizes = dict(slots.order_by().values_list("pk", "last_seq"))
+    if walks_newest(messages, query, sum(sizes.values())):
+        return matching(newest_walk(messages, list(sizes)), query)
     return matching(messages, query)
 
 
