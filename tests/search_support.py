@@ -71,6 +71,22 @@ def millions_planned(user_id: str) -> None:
     say(user_id, "rare", "a1", "common rareword", "common", "common rareword")
 
 
+def one_big_slot(user_id: str, size: int = 6000) -> None:
+    """After :func:`millions_planned`: a slot "big" of ``user_id`` holding ``size`` messages
+    of "common" words, the newest of the table. The planner counts a slot's messages as the
+    table's rows over its slots' (the foreign key): the slot table is planned at 60,000
+    rows, so a slot holds 50 messages, as at 3,000,000 (its pages counted again, as ANALYZE
+    would, so that the table stays planned at 3,000,000 rows)."""
+    say(user_id, "big", "a1", *(f"common w{i % 60}" for i in range(size)))
+    with connection.cursor() as cursor:
+        for table, rows in ((Message._meta.db_table, 3_000_000), (Slot._meta.db_table, 60_000)):
+            cursor.execute(
+                "UPDATE pg_class SET reltuples = %s, relpages = pg_relation_size(oid) / "
+                "current_setting('block_size')::int WHERE oid = %s::regclass",
+                [rows, table],
+            )
+
+
 def plans_of_searches(request: Callable[[], Any]) -> list[str]:
     """The plan of each statement matching text that ``request`` runs, explained on the same
     cursor just before it runs (inside the request's transaction and its settings)."""

@@ -14,6 +14,7 @@ from tests.search_support import (
     long_histories,
     messages_locked,
     millions_planned,
+    one_big_slot,
     plans_of_searches,
 )
 
@@ -199,3 +200,35 @@ def test_a_common_word_is_found_by_reading_the_newest_messages(users: Users) -> 
     newest = [(hit["session_id"], hit["seq"]) for hit in body["results"]]
     assert newest == [("rare", 3), ("rare", 2), ("rare", 1), ("s19", 100), ("s19", 99)]
     assert body["next"]
+
+
+@pytest.mark.postgres
+def test_a_common_word_in_one_big_slot_walks_the_newest_messages_not_the_whole_slot(
+    users: Users,
+) -> None:
+    """At millions of rows the planner counts a user's few slots as a few messages, and
+    would read (and parse) every message of them before sorting: all of a slot of a hundred
+    thousand. The user's messages, counted by their slots, are a share of the table that
+    walking the newest messages fills a page from early: the plan walks the primary key,
+    reading the rows of a page, in both directions of the cursor."""
+    millions_planned(str(users.owner.pk))
+    one_big_slot(str(users.other.pk))
+    staff = client_for(users.staff)
+    search = f"/api/search/?q=common&page_size=2&user_id={users.other.pk}"
+    first = staff.get(search).json()
+    assert [(hit["session_id"], hit["seq"]) for hit in first["results"]] == [
+        ("big", 6000),
+        ("big", 5999),
+    ]
+    second = staff.get(first["next"]).json()
+    assert [hit["seq"] for hit in second["results"]] == [5998, 5997]
+    assert [hit["seq"] for hit in staff.get(second["previous"]).json()["results"]] == [6000, 5999]
+    for link in (search, first["next"], second["previous"]):
+        (plan,) = plans_of_searches(lambda: staff.get(link))  # noqa: B023
+        assert "Index Scan Backward using squad_memory_message_pkey" in plan or (
+            "Index Scan using squad_memory_message_pkey" in plan
+        ), plan
+        assert "Sort" not in plan and "squad_memory_message_seq" not in plan, plan
+    few = f"/api/search/?q=common&page_size=2&user_id={users.owner.pk}"  # 2,003 messages
+    (plan,) = plans_of_searches(lambda: staff.get(few))
+    assert "ANY" not in plan  # the planner's: parsing a few thousand beats walking millions

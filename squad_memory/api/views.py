@@ -611,19 +611,21 @@ class SearchView(ApiMixin, generics.GenericAPIView[Message]):
     )
     def get(self, request: Request) -> Response:
         params = query(serializers.SearchQuerySerializer, request)
-        rows = Message.objects.filter(slot__namespace=get_storage().namespace)
+        namespace = get_storage().namespace
+        rows = Message.objects.filter(slot__namespace=namespace)
         given = params.get("user_id")
         if given is not None and not access.may_read(request.user, given, MESSAGE):
             raise PermissionDenied(
                 "Searching another user's messages needs the squad_memory.view_message permission."
             )
+        if given is None and not can_view_all(request.user, MESSAGE):
+            given = access.user_id_for(request.user)
+        slots = None if given is None else Slot.objects.filter(namespace=namespace, user_id=given)
         if given is not None:
             rows = rows.filter(slot__user_id=given)
-        elif not can_view_all(request.user, MESSAGE):
-            rows = rows.filter(slot__user_id=access.user_id_for(request.user))
         rows = rows.select_related("slot").only(*serializers.SearchHitSerializer.Meta.loads)
         with searching(rows.db):
-            page = self.paginate_queryset(search.found(rows, params["q"]))
+            page = self.paginate_queryset(search.found(rows, params["q"], slots))
         data = serializers.SearchHitSerializer(page, many=True, context={"q": params["q"]}).data
         return self.get_paginated_response(data)
 
