@@ -76,7 +76,9 @@ async def for_slot(key: Hashable, func: Callable[P, R], /, *args: P.args, **kwar
     that activates). On a database thread, the calls for one slot take turns in the caller's
     event loop before they take a thread: a slot whose row another session holds keeps one
     thread waiting, not all of them, and that wait ends after ``LOCK_TIMEOUT`` seconds with
-    :class:`~squad_memory.exceptions.SlotLocked`."""
+    :class:`~squad_memory.exceptions.SlotLocked`. A call keeps the turn until its function
+    has returned on its thread, even when its caller stopped waiting (cancelled, or past
+    ``CALL_TIMEOUT``): the slot's next call never overtakes a save still running."""
     if in_caller_thread():
         return await sync_to_async(func, thread_sensitive=True)(*args, **kwargs)
     turn = (asyncio.get_running_loop(), key)
@@ -84,15 +86,56 @@ async def for_slot(key: Hashable, func: Callable[P, R], /, *args: P.args, **kwar
         await _wait_for(turn)
     else:
         _TURNS[turn] = collections.deque()
+    hold = Hold(turn)
     try:
-        result: R = await _served_on(database_threads())(func, *args, **kwargs)
+        result: R = await _served_on(database_threads(), _held)(hold, func, *args, **kwargs)
     except DatabaseError as exc:
         if lock_timed_out(exc):
             raise _slot_locked(key) from exc
         raise
     finally:
-        _pass_on(turn)
+        hold.give_up()
     return result
+
+
+class Hold:
+    """A call's hold on its slot's turn (:func:`for_slot`): passed on when the call's function
+    returns on its thread, or, if no thread took the call before its caller stopped waiting,
+    at once (the call then never runs)."""
+
+    def __init__(self, turn: tuple[asyncio.AbstractEventLoop, Hashable]) -> None:
+        self.turn = turn
+        self.lock = threading.Lock()
+        self.started = self.given_up = False
+
+    def start(self) -> bool:
+        """On the thread: whether the call is to run (its caller still waits for it)."""
+        with self.lock:
+            self.started = not self.given_up
+            return self.started
+
+    def finish(self) -> None:
+        """On the thread, once the call returned: the turn passes on in the caller's loop."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: no call waits in it
+            self.turn[0].call_soon_threadsafe(_pass_on, self.turn)
+
+    def give_up(self) -> None:
+        """In the caller's loop, once it stops waiting (an answer, an error, a cancel)."""
+        with self.lock:
+            self.given_up = True
+            if self.started:
+                return  # :meth:`finish` passes the turn on
+        _pass_on(self.turn)
+
+
+def _held(hold: Hold, func: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R | None:
+    """:func:`served` for a call that holds its slot's turn (:class:`Hold`)."""
+    if not hold.start():
+        return None  # its caller gave up before a thread took it
+    try:
+        return served(func, *args, **kwargs)
+    finally:
+        hold.finish()
 
 
 #: The calls waiting for a slot's turn, by event loop and slot: a slot is here while a call
@@ -103,13 +146,21 @@ os.register_at_fork(after_in_child=_TURNS.clear)  # the parent's calls are not t
 
 
 async def _wait_for(turn: tuple[asyncio.AbstractEventLoop, Hashable]) -> None:
-    """Wait until the calls for the slot before this one are done."""
+    """Wait until the calls for the slot before this one are done, at most ``CALL_TIMEOUT``
+    (a call before it may be stuck on its thread)."""
     waiter = turn[0].create_future()
     _TURNS[turn].append(waiter)
+    seconds = app_settings.call_timeout
     try:
-        await waiter
+        await asyncio.wait_for(waiter, seconds)
+    except TimeoutError:
+        raise DatabaseCallTimeout(
+            f"A call for slot {turn[1]!r} waited {SETTING_NAME}['CALL_TIMEOUT'] ({seconds:g} s) "
+            "for the slot's call before it, which still runs on its database thread (the "
+            "database is unreachable or overloaded, or its row is locked); retry later."
+        ) from None
     except asyncio.CancelledError:
-        if not waiter.cancelled():  # cancelled as the turn came: the next call's
+        if waiter.done() and not waiter.cancelled():  # cancelled as the turn came: the next's
             _pass_on(turn)
         raise
 
@@ -381,10 +432,10 @@ _SUMMARIZER_THREADS: dict[tuple[int, int], Threads] = {}
 
 
 @functools.cache
-def _served_on(pool: Threads) -> SyncToAsync[..., Any]:
-    """:func:`served` on ``pool``, wrapped once (not on every call)."""
+def _served_on(pool: Threads, serve: Callable[..., Any] = served) -> SyncToAsync[..., Any]:
+    """``serve`` (:func:`served`) on ``pool``, wrapped once (not on every call)."""
     # asgiref types ``executor`` as a ThreadPoolExecutor; it only passes it to run_in_executor
-    return SyncToAsync(served, thread_sensitive=False, executor=pool)  # type: ignore[arg-type]
+    return SyncToAsync(serve, thread_sensitive=False, executor=pool)  # type: ignore[arg-type]
 
 
 class Threads(Executor):

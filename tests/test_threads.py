@@ -538,3 +538,43 @@ def test_calls_for_one_slot_take_turns_and_a_cancelled_one_gives_its_turn_away()
     with override_settings(SQUAD_MEMORY={"DATABASE_THREADS": 4}):
         assert asyncio.run(main()) == ("first", "third", True)
     assert ran == ["first", "other", "third"] and not threads._TURNS
+
+
+@pytest.mark.parametrize("gives_up", ["cancelled", "past CALL_TIMEOUT"])
+def test_a_call_its_caller_stopped_waiting_for_keeps_the_slots_turn_until_it_returns(
+    gives_up: str,
+) -> None:
+    """A save whose caller was cancelled, or got ``DatabaseCallTimeout``, still runs on its
+    thread: the slot's next call waits for it to return (its rows would otherwise be stored
+    before the earlier save's), and a call that waits longer than ``CALL_TIMEOUT`` for it
+    gets ``DatabaseCallTimeout``."""
+    release = threading.Event()
+    ran: list[str] = []
+
+    def call(name: str) -> str:
+        ran.append(f"{name} started")
+        if name == "first":
+            release.wait(10)
+        ran.append(f"{name} returned")
+        return name
+
+    async def main() -> str:
+        first = for_slot(HOT, call, "first")
+        with pytest.raises(TimeoutError if gives_up == "cancelled" else DatabaseCallTimeout):
+            await (asyncio.wait_for(first, 0.3) if gives_up == "cancelled" else first)
+        with pytest.raises(DatabaseCallTimeout, match="the slot's call before it"):
+            await for_slot(HOT, call, "impatient")  # waits its CALL_TIMEOUT for the first
+        second = asyncio.create_task(for_slot(HOT, call, "second"))
+        await asyncio.sleep(0.2)
+        assert ran == ["first started"]  # neither took a thread beside the first
+        release.set()
+        return await second
+
+    with override_settings(SQUAD_MEMORY={"CALL_TIMEOUT": 1.0}):
+        try:
+            assert asyncio.run(main()) == "second"
+        finally:
+            release.set()
+            close_database_threads()
+    assert ran == ["first started", "first returned", "second started", "second returned"]
+    assert not threads._TURNS
