@@ -196,13 +196,13 @@ def connection_settings(**values: Any) -> Iterator[None]:
     database threads started in it (the threads' connections read them as they open)."""
     settings = connections.settings["default"]
     saved = {name: settings[name] for name in values}
+    close_database_threads()  # each thread's connections closed under the settings they had
     settings.update(values)
-    close_database_threads()
     try:
         yield
     finally:
-        settings.update(saved)
         close_database_threads()
+        settings.update(saved)
 
 
 @pytest.fixture
