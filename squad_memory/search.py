@@ -155,6 +155,13 @@ def every(messages: QuerySet[Message]) -> QuerySet[Message]:
     return messages.model._default_manager.using(messages.db).order_by()
 
 
+def estimates(messages: QuerySet[Message], query: str) -> tuple[float, float]:
+    """The rows the planner expects in the whole table ``messages`` reads (whoever's), and
+    among them matching ``query``. Two ``EXPLAIN``, no row read."""
+    table = every(messages)
+    return estimated_rows(table), estimated_rows(matching(table, query))
+
+
 def is_rare(messages: QuerySet[Message], query: str) -> bool:
     """Whether the planner counts the messages matching ``query`` (in the whole table,
     whoever's) as few: no more than :data:`RARE_SHARE` of the table per ``or`` alternative,
@@ -162,10 +169,13 @@ def is_rare(messages: QuerySet[Message], query: str) -> bool:
     common is not. Off PostgreSQL, False. Two ``EXPLAIN``, no row read."""
     if connections[messages.db].vendor != "postgresql":
         return False
-    table = every(messages)
+    return _rare(query, *estimates(messages, query))
+
+
+def _rare(query: str, table: float, matches: float) -> bool:
+    """:func:`is_rare` from the planner's :func:`estimates`."""
     alternatives = 1 + sum(word.lower() == "or" for word in query.split())
-    bound = RARE_SHARE * alternatives * estimated_rows(table)
-    return estimated_rows(matching(table, query)) <= bound + 1
+    return matches <= RARE_SHARE * alternatives * table + 1
 
 
 def indexed(messages: QuerySet[Message], query: str) -> QuerySet[Message]:
@@ -193,15 +203,14 @@ class OneOf(Func):
         return f"{column} = ANY(%s::{cast}[])", (*column_params, self.values)
 
 
-def walks_newest(messages: QuerySet[Message], query: str, mine: int) -> bool:
+def walks_newest(mine: int, table: float, matches: float) -> bool:
     """Whether walking the whole table newest first (by id), passing over the messages of
     other slots, fills a page (:data:`PAGE_ROWS`) for less than parsing ``mine`` messages,
     every message of the slots searched: the plan the planner picks for a few slots whatever
     they hold, as it counts a slot's messages as the table's average, and one slot may hold
     a hundred thousand. The walk expects to read ``PAGE_ROWS * table / (mine * share
-    matching)`` rows, at :data:`SKIP_COST` each. Two ``EXPLAIN``, no row read."""
-    table = estimated_rows(every(messages))
-    matches = estimated_rows(matching(every(messages), query))
+    matching)`` rows, at :data:`SKIP_COST` each (``table`` and ``matches``: the planner's
+    :func:`estimates`)."""
     return mine * mine * matches >= PAGE_ROWS * table * table * SKIP_COST
 
 
@@ -231,12 +240,15 @@ def found(
     (:func:`indexed`); the page is then the newest of those. A common word in slots that
     hold a large share of the table is found by the walk (:func:`walks_newest`,
     :func:`newest_walk`). Any other common word stays the planner's to plan."""
-    if is_rare(messages, query):
+    if connections[messages.db].vendor != "postgresql":
+        return matching(messages, query)
+    table, matches = estimates(messages, query)
+    if _rare(query, table, matches):
         return indexed(messages, query)
-    if slots is None or connections[messages.db].vendor != "postgresql":
+    if slots is None:
         return matching(messages, query)
     sizes = dict(slots.order_by().values_list("pk", "last_seq"))
-    if walks_newest(messages, query, sum(sizes.values())):
+    if walks_newest(sum(sizes.values()), table, matches):
         return matching(newest_walk(messages, list(sizes)), query)
     return matching(messages, query)
 
